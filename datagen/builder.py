@@ -1,0 +1,91 @@
+"""A MetaSchedule builder whose worker processes live across batches.
+
+`LocalBuilder` starts a fresh process pool on every `build()` call, and each new worker
+imports every backend's tensor intrinsics (tens of seconds) before its first build. This
+builder keeps one pool for its whole life, its workers import only the intrinsics of the
+target being built, and a worker is recycled after `MAX_USES_PER_WORKER` builds to bound the
+memory that long-lived TVM processes accumulate. The build itself is MetaSchedule's own
+`default_build` and `default_export`, so artifacts are the same as LocalBuilder's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
+from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+
+DEFAULT_BUILD_TIMEOUT_SEC = 10.0
+MAX_USES_PER_WORKER = 256
+TIMEOUT_PREFIX = "Build timeout"
+
+
+def _init_worker(target_kind: str) -> None:
+    from datagen.tvm_env import load_tensor_intrinsics
+
+    load_tensor_intrinsics(target_kind)
+
+
+def _build_one(mod, target) -> tuple[str, float]:
+    """Runs in a worker: build and export one module; return (artifact path, seconds)."""
+    from tvm.s_tir.meta_schedule.builder.local_builder import default_build, default_export
+
+    start = time.perf_counter()
+    artifact = default_export(default_build(mod, target, None))
+    return artifact, time.perf_counter() - start
+
+
+def remove_artifact(path: str | None) -> None:
+    """Delete a build artifact and the temporary folder TVM made for it."""
+    if path:
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+
+
+@derived_object
+class PersistentBuilder(PyBuilder):
+    """Builds candidates in worker processes that survive across batches.
+
+    Args:
+        target_kind: the kind of target that will be built ("llvm", "cuda", ...).
+        max_workers: worker processes (default: every usable core).
+        timeout_sec: a build taking longer is killed and reported as a timeout.
+    """
+
+    def __init__(self, target_kind: str = "llvm", max_workers: int | None = None,
+                 timeout_sec: float = DEFAULT_BUILD_TIMEOUT_SEC):
+        super().__init__()
+        self.timeout_sec = timeout_sec
+        self.max_workers = max_workers or len(os.sched_getaffinity(0))
+        self.last_build_secs: list[float | None] = []
+        self._pool = PopenPoolExecutor(
+            max_workers=self.max_workers,
+            timeout=timeout_sec,
+            initializer=_init_worker,
+            initargs=(target_kind,),
+            maximum_process_uses=MAX_USES_PER_WORKER,
+        )
+
+    def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
+        """Build every input; `last_build_secs` then holds each one's build time (None if failed)."""
+        results: list[BuilderResult] = []
+        self.last_build_secs = []
+        jobs = [(inp.mod, inp.target) for inp in build_inputs]
+        for res in self._pool.map_with_error_catching(lambda job: _build_one(*job), jobs):
+            if res.status == StatusKind.COMPLETE:
+                artifact, secs = res.value
+                results.append(BuilderResult(artifact, None))
+                self.last_build_secs.append(secs)
+                continue
+            if res.status == StatusKind.TIMEOUT:
+                message = f"{TIMEOUT_PREFIX}: killed after {self.timeout_sec:g} seconds"
+            else:
+                message = f"Build error: {res.value}"
+            results.append(BuilderResult(None, message))
+            self.last_build_secs.append(None)
+        return results
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False)

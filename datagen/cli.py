@@ -1,0 +1,153 @@
+"""`datagen`: collect, inspect and convert measured-schedule datasets.
+
+    datagen collect [WORKLOAD|SUITE ...] --out DIR      sample, build, measure, commit
+    datagen stats DIR                                   summary per family and workload
+    datagen workloads [SUITE]                           list suites and workload keys
+    datagen import-db WORKLOAD_JSON RECORD_JSON --out DIR
+    datagen export-db DIR --out FOLDER                  as a MetaSchedule JSON database
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from datagen.tvm_env import UserError
+
+DEFAULT_OUT = "data/default"
+
+
+def _collect(args) -> int:
+    from datagen.collect import CollectConfig, collect
+    from datagen.measure import DEFAULT_PROTOCOL, Tracker
+    from datagen.tvm_env import make_target
+    from datagen.workloads import resolve
+
+    if args.per_workload < 1 or args.batch_size < 1:
+        raise UserError("--per-workload and --batch-size must be at least 1")
+    tracker = Tracker.parse(args.tracker, args.key) if args.tracker else None
+    target = make_target(args.target, args.threads)
+    workloads = resolve(args.workloads or ([] if args.torch_model else ["default"]))
+    if args.torch_model:
+        from datagen.torch_import import workloads_from_file
+
+        workloads += workloads_from_file(args.torch_model, target)
+    protocol = {**DEFAULT_PROTOCOL, "repeat": args.repeat, "min_repeat_ms": args.min_repeat_ms}
+    cfg = CollectConfig(
+        out=args.out, workloads=workloads, target=target, per_workload=args.per_workload,
+        batch_size=args.batch_size, evolve_fraction=args.evolve_fraction, seed=args.seed,
+        protocol=protocol, tracker=tracker, num_threads=args.threads,
+        build_workers=args.build_workers, build_timeout=args.build_timeout,
+        run_timeout=args.run_timeout)
+    try:
+        summary = collect(cfg, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print("datagen: interrupted; every committed batch is kept, run the same command to "
+              "continue", file=sys.stderr)
+        return 130
+    print(f"committed {summary.committed} candidates ({summary.ok} ok, {summary.failed} failed) "
+          f"to {args.out}")
+    for key in summary.exhausted:
+        print(f"note: {key}: no unseen schedule left in its design space")
+    return 0
+
+
+def _stats(args) -> int:
+    from datagen.stats import format_stats
+
+    print(format_stats(args.dataset, by=args.by))
+    return 0
+
+
+def _workloads(args) -> int:
+    from datagen.workloads import SUITES, get_suite
+
+    if args.suite:
+        for w in get_suite(args.suite):
+            print(f"{w.key}\t{w.network}\tweight={w.weight}")
+        return 0
+    for name, items in SUITES.items():
+        families = sorted({w.family for w in items})
+        print(f"{name}\t{len(items)} workloads\t{', '.join(families)}")
+    return 0
+
+
+def _import_db(args) -> int:
+    from datagen.msdb import import_database
+
+    n = import_database(args.workload_json, args.record_json, args.out)
+    print(f"imported {n} tuning records into {args.out}")
+    return 0
+
+
+def _export_db(args) -> int:
+    from datagen.msdb import export_database
+
+    n = export_database(args.dataset, args.out)
+    print(f"exported {n} records to {args.out} (database_workload.json, "
+          "database_tuning_record.json)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="datagen", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("collect", help="sample, build and measure schedules into a dataset")
+    p.add_argument("workloads", nargs="*", help="workload keys or suite names (default: the "
+                   "'default' suite); see 'datagen workloads'")
+    p.add_argument("--out", default=DEFAULT_OUT, help=f"dataset folder (default {DEFAULT_OUT})")
+    p.add_argument("--target", help="TVM target as JSON or a tag (default: llvm for this CPU)")
+    p.add_argument("--torch-model", metavar="PT2", help="also collect every task of a "
+                   "torch.export program saved with torch.export.save")
+    p.add_argument("--per-workload", type=int, default=32, help="candidates per workload")
+    p.add_argument("--batch-size", type=int, default=16, help="candidates per round and shard")
+    p.add_argument("--evolve-fraction", type=float, default=0.5,
+                   help="share of each round after the first mutated from the best schedules")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, help="runtime threads (default: TVM_NUM_THREADS or "
+                   "all usable cores)")
+    p.add_argument("--repeat", type=int, default=5, help="timed repeats per candidate")
+    p.add_argument("--min-repeat-ms", type=int, default=20, help="minimum length of a repeat")
+    p.add_argument("--build-workers", type=int, help="builder processes (default: cores)")
+    p.add_argument("--build-timeout", type=float, default=10.0, help="seconds per build")
+    p.add_argument("--run-timeout", type=float, default=10.0, help="seconds per measurement")
+    p.add_argument("--tracker", metavar="HOST:PORT", help="measure through this RPC tracker")
+    p.add_argument("--key", help="device key to request from the tracker")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_collect)
+
+    p = sub.add_parser("stats", help="summarise a dataset")
+    p.add_argument("dataset")
+    p.add_argument("--by", choices=["family", "workload", "both"], default="both")
+    p.set_defaults(func=_stats)
+
+    p = sub.add_parser("workloads", help="list suites, or the workloads of one suite")
+    p.add_argument("suite", nargs="?")
+    p.set_defaults(func=_workloads)
+
+    p = sub.add_parser("import-db", help="import a MetaSchedule JSON database as records")
+    p.add_argument("workload_json")
+    p.add_argument("record_json")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_import_db)
+
+    p = sub.add_parser("export-db", help="write records as a MetaSchedule JSON database")
+    p.add_argument("dataset")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_export_db)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UserError as err:
+        print(f"datagen: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

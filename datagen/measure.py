@@ -1,0 +1,158 @@
+"""Build and measure candidates with a stated protocol, one candidate on the device at a time.
+
+Protocol (MetaSchedule's evaluator): one warm-up run, then `repeat` timed repeats, each the
+mean of `number` runs, with `number` raised until a repeat lasts at least `min_repeat_ms`.
+Every repeat is kept. A batch is built first and measured after, never both at once, so no
+build of the collector competes for the cores being timed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+
+from datagen.tvm_env import UserError
+
+DEFAULT_PROTOCOL = {"warmup": 1, "repeat": 5, "number": 1, "min_repeat_ms": 20}
+DEFAULT_RUN_TIMEOUT_SEC = 10.0
+TRACKER_CONNECT_TIMEOUT_SEC = 5
+
+# status values of a measured candidate
+OK = "ok"
+BUILD_ERROR, BUILD_TIMEOUT = "build_error", "build_timeout"
+RUN_ERROR, RUN_TIMEOUT = "run_error", "run_timeout"
+STATUSES = (OK, BUILD_ERROR, BUILD_TIMEOUT, RUN_ERROR, RUN_TIMEOUT)
+MAX_ERROR_CHARS = 2000
+
+
+@dataclasses.dataclass
+class MeasureResult:
+    """Outcome of one candidate: latencies in seconds (one per repeat) or an error."""
+
+    status: str
+    latencies: list[float]
+    error: str = ""
+    build_secs: float = math.nan
+    run_secs: float = math.nan
+
+
+@dataclasses.dataclass(frozen=True)
+class Tracker:
+    """Where an RPC tracker listens and which device key to request from it."""
+
+    host: str
+    port: int
+    key: str
+
+    @classmethod
+    def parse(cls, address: str, key: str | None) -> "Tracker":
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise UserError(f"tracker address {address!r} is not host:port")
+        if not key:
+            raise UserError("--tracker needs --key (the device key the RPC servers registered)")
+        return cls(host, int(port), key)
+
+    def check(self) -> None:
+        """Fail with a clear message unless the tracker answers and serves `key`."""
+        from tvm import rpc
+
+        try:
+            session = rpc.connect_tracker(self.host, self.port)
+            summary = session.summary()
+        except Exception:  # noqa: BLE001
+            raise UserError(f"RPC tracker at {self.host}:{self.port} is unreachable; start it "
+                            "with 'python -m tvm.exec.rpc_tracker' or fix --tracker") from None
+        keys = {k.split(":")[0] for k in summary.get("queue_info", {})}
+        if self.key not in keys:
+            raise UserError(f"RPC tracker at {self.host}:{self.port} has no server with key "
+                            f"{self.key!r} (keys: {', '.join(sorted(keys)) or 'none'})")
+
+
+def _classify_run_error(message: str) -> str:
+    return RUN_TIMEOUT if "Timeout" in message else RUN_ERROR
+
+
+class Measurer:
+    """Builds candidates with a persistent builder and times them with MetaSchedule's runner.
+
+    Args:
+        target: the `tvm.target.Target` to build for.
+        protocol: warm-up/repeat/number/min_repeat_ms (see module docstring).
+        tracker: measure through this RPC tracker instead of on this machine.
+        num_threads: runtime threads for local measurement (TVM_NUM_THREADS).
+        build_workers: builder processes.
+        build_timeout: seconds before a build is killed.
+        run_timeout: seconds before a measurement is killed.
+    """
+
+    def __init__(self, target, protocol: dict | None = None, tracker: Tracker | None = None,
+                 num_threads: int | None = None, build_workers: int | None = None,
+                 build_timeout: float | None = None, run_timeout: float = DEFAULT_RUN_TIMEOUT_SEC):
+        from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner, RPCConfig, RPCRunner
+
+        from datagen.builder import DEFAULT_BUILD_TIMEOUT_SEC, PersistentBuilder
+        from datagen.tvm_env import default_num_threads
+
+        self.target = target
+        self.protocol = {**DEFAULT_PROTOCOL, **(protocol or {})}
+        self.num_threads = num_threads or default_num_threads()
+        self.tracker = tracker
+        self.device_type = "cpu" if target.kind.name == "llvm" else target.kind.name
+        if target.kind.name != "llvm" and tracker is None:
+            raise UserError(f"measuring a {target.kind.name} target needs a device: "
+                            "pass --tracker host:port --key KEY of an RPC tracker that has one")
+        evaluator = EvaluatorConfig(number=self.protocol["number"], repeat=self.protocol["repeat"],
+                                    min_repeat_ms=self.protocol["min_repeat_ms"])
+        self.builder = PersistentBuilder(target.kind.name, build_workers,
+                                         build_timeout or DEFAULT_BUILD_TIMEOUT_SEC)
+        if tracker is None:
+            # the runner's worker process reads the thread count when it starts
+            os.environ["TVM_NUM_THREADS"] = str(self.num_threads)
+            self.runner = LocalRunner(timeout_sec=run_timeout, evaluator_config=evaluator)
+        else:
+            tracker.check()
+            config = RPCConfig(tracker.host, tracker.port, tracker.key,
+                               session_timeout_sec=int(math.ceil(run_timeout)))
+            self.runner = RPCRunner(config, evaluator, max_workers=1)
+
+    def measure(self, mods: list) -> list[MeasureResult]:
+        """Build all scheduled `mods`, then run the built ones one at a time."""
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+        from tvm.s_tir.meta_schedule.builder import BuilderInput
+        from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+        from datagen.builder import TIMEOUT_PREFIX, remove_artifact
+
+        built = self.builder.build([BuilderInput(mod, self.target) for mod in mods])
+        results = []
+        for mod, res, build_secs in zip(mods, built, self.builder.last_build_secs):
+            if res.error_msg is not None:
+                status = BUILD_TIMEOUT if res.error_msg.startswith(TIMEOUT_PREFIX) else BUILD_ERROR
+                results.append(MeasureResult(status, [], res.error_msg[-MAX_ERROR_CHARS:]))
+                continue
+            start = time.perf_counter()
+            # arguments as the built function sees them (layout rewrites are undone)
+            args_info = ArgInfo.from_entry_func(mod, remove_preproc=True)
+            (future,) = self.runner.run([RunnerInput(res.artifact_path, self.device_type,
+                                                     args_info)])
+            run = future.result()
+            run_secs = time.perf_counter() - start
+            remove_artifact(res.artifact_path)
+            if run.error_msg is not None:
+                results.append(MeasureResult(_classify_run_error(run.error_msg), [],
+                                             run.error_msg[-MAX_ERROR_CHARS:], build_secs,
+                                             run_secs))
+                continue
+            latencies = [float(x) for x in run.run_secs]
+            if not latencies or not all(math.isfinite(x) and x > 0 for x in latencies):
+                results.append(MeasureResult(RUN_ERROR, latencies, "non-finite latency",
+                                             build_secs, run_secs))
+                continue
+            results.append(MeasureResult(OK, latencies, "", build_secs, run_secs))
+        return results
+
+    def close(self) -> None:
+        self.builder.shutdown()

@@ -1,0 +1,187 @@
+"""The record schema and its durable, append-only storage as Parquet shards.
+
+A dataset is a folder of shards named `shard-<writer>-<n>.parquet`. A shard is written to a
+hidden temporary file, flushed to disk and renamed into place, so a reader sees a whole shard
+or none of it, and a collection killed at any moment (SIGKILL included) loses nothing that was
+committed. Only `*.parquet` files are data; leftovers of a killed writer (`.tmp-*`) are ignored
+and cleaned up by the next writer. `SCHEMA_VERSION` is stored in every shard's metadata and
+checked on read.
+
+Columns (one row per measured candidate):
+
+| column | type | meaning |
+| --- | --- | --- |
+| workload_key | string | stable workload id, e.g. `dense/m128_n768_k768` |
+| family | string | operator family (`torch` for tasks imported from a model) |
+| workload_params | string (JSON) | the family's shape parameters |
+| workload_ir | string (JSON) | the IRModule, `tvm.ir.save_json`, to rebuild the PrimFunc |
+| network | string | network the shape comes from |
+| workload_weight | int32 | how often the workload occurs in that network |
+| target | string (JSON) | the TVM target, with `mcpu` for llvm |
+| target_kind | string | `llvm`, `cuda`, ... |
+| cpu_model | string | host CPU model of the measuring machine |
+| num_threads | int32 | runtime threads used for measurement |
+| trace | string (JSON) | replayable MetaSchedule trace, postprocessing included |
+| trace_hash | string | SHA-1 of `trace` (deduplication key) |
+| origin | string | `random` (fresh design-space sample) or `evolved` (a mutation) |
+| parent_hash | string | trace hash of the parent of an evolved candidate |
+| mutator | string | mutator that produced an evolved candidate |
+| round | int32 | collection round of the workload that produced it |
+| status | string | `ok`, `build_error`, `build_timeout`, `run_error`, `run_timeout` |
+| error | string | error message when not ok |
+| latencies | list<double> | every timed repeat, seconds |
+| latency_median | double | median of `latencies`, seconds (NaN when not ok) |
+| latency_std | double | standard deviation of `latencies` |
+| latency_cv | double | spread: std / mean (flag noisy measurements with this) |
+| build_secs | double | time to build the candidate |
+| run_secs | double | wall time of its measurement (load, warm-up, repeats) |
+| protocol | string (JSON) | warm-up, repeat, number, min_repeat_ms |
+| seed | int64 | collection seed |
+| tvm_version, tvm_ffi_version, project_version | string | provenance |
+| collected_at | timestamp (UTC) | when the batch was written |
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+import uuid
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from datagen.tvm_env import UserError
+
+SCHEMA_VERSION = 1
+SCHEMA_KEY = b"tvm_costmodel.schema_version"
+SHARD_PATTERN = "shard-*.parquet"
+TMP_PREFIX = ".tmp-"
+COMPRESSION = "zstd"
+
+SCHEMA = pa.schema([
+    ("workload_key", pa.string()),
+    ("family", pa.string()),
+    ("workload_params", pa.string()),
+    ("workload_ir", pa.string()),
+    ("network", pa.string()),
+    ("workload_weight", pa.int32()),
+    ("target", pa.string()),
+    ("target_kind", pa.string()),
+    ("cpu_model", pa.string()),
+    ("num_threads", pa.int32()),
+    ("trace", pa.string()),
+    ("trace_hash", pa.string()),
+    ("origin", pa.string()),
+    ("parent_hash", pa.string()),
+    ("mutator", pa.string()),
+    ("round", pa.int32()),
+    ("status", pa.string()),
+    ("error", pa.string()),
+    ("latencies", pa.list_(pa.float64())),
+    ("latency_median", pa.float64()),
+    ("latency_std", pa.float64()),
+    ("latency_cv", pa.float64()),
+    ("build_secs", pa.float64()),
+    ("run_secs", pa.float64()),
+    ("protocol", pa.string()),
+    ("seed", pa.int64()),
+    ("tvm_version", pa.string()),
+    ("tvm_ffi_version", pa.string()),
+    ("project_version", pa.string()),
+    ("collected_at", pa.timestamp("us", tz="UTC")),
+], metadata={SCHEMA_KEY: str(SCHEMA_VERSION).encode()})
+
+
+def shard_paths(root: str) -> list[str]:
+    return sorted(glob.glob(os.path.join(root, SHARD_PATTERN)))
+
+
+def _check_version(path: str, schema: pa.Schema) -> None:
+    found = (schema.metadata or {}).get(SCHEMA_KEY)
+    if found is None or int(found) != SCHEMA_VERSION:
+        raise UserError(f"{path} has record schema version "
+                        f"{found.decode() if found else 'none'}, this version reads "
+                        f"{SCHEMA_VERSION}: collect into a new folder or convert the dataset")
+
+
+def read_records(root: str, columns: list[str] | None = None):
+    """All committed records of a dataset folder as a pandas DataFrame.
+
+    Raises:
+        UserError: the folder is missing, a shard is unreadable or of another schema version.
+    """
+    import pandas as pd
+
+    if not os.path.isdir(root):
+        raise UserError(f"dataset folder {root} does not exist")
+    tables = []
+    for path in shard_paths(root):
+        try:
+            schema = pq.read_schema(path)
+            _check_version(path, schema)
+            tables.append(pq.read_table(path, columns=columns))
+        except UserError:
+            raise
+        except Exception as err:  # noqa: BLE001  (pyarrow raises several kinds)
+            raise UserError(f"{path} is not a readable record shard ({err}); move it aside "
+                            "and run again") from None
+    if not tables:
+        names = columns or SCHEMA.names
+        return pd.DataFrame({n: pd.Series(dtype=object) for n in names})
+    return pa.concat_tables(tables).to_pandas()
+
+
+class ShardWriter:
+    """Appends batches of records to a dataset folder, one atomic shard per batch.
+
+    Holds an exclusive lock on the folder for its lifetime, so two collectors never write
+    the same dataset.
+
+    Args:
+        root: the dataset folder (created if missing).
+    """
+
+    def __init__(self, root: str):
+        import fcntl
+
+        self.root = root
+        try:
+            os.makedirs(root, exist_ok=True)
+            self._lock = open(os.path.join(root, ".lock"), "a+")
+        except OSError as err:
+            raise UserError(f"cannot write to {root}: {err.strerror}") from None
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise UserError(f"{root} is being written by another collector; wait for it or "
+                            "choose another --out") from None
+        for stale in glob.glob(os.path.join(root, TMP_PREFIX + "*")):
+            os.remove(stale)  # a killed writer's half-written shard: never data
+        for path in shard_paths(root):
+            _check_version(path, pq.read_schema(path))
+        self._writer_id = f"{int(time.time())}{uuid.uuid4().hex[:6]}"
+        self._count = 0
+
+    def write(self, rows: list[dict]) -> str:
+        """Commit `rows` (dicts with the schema's columns) as one new shard; return its path."""
+        table = pa.Table.from_pylist(rows, schema=SCHEMA)
+        self._count += 1
+        name = f"shard-{self._writer_id}-{self._count:05d}.parquet"
+        final = os.path.join(self.root, name)
+        tmp = os.path.join(self.root, TMP_PREFIX + name)
+        with open(tmp, "wb") as handle:
+            pq.write_table(table, handle, compression=COMPRESSION)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, final)
+        dir_fd = os.open(self.root, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # make the rename itself durable
+        finally:
+            os.close(dir_fd)
+        return final
+
+    def close(self) -> None:
+        self._lock.close()
+

@@ -1,0 +1,170 @@
+"""Draw schedules from MetaSchedule's design space of a workload, at random or by mutation.
+
+Random schedules replay a design-space trace with fresh decisions (what MetaSchedule's
+ReplayTrace does); evolved schedules apply one of the space generator's mutators to a measured
+parent trace (what EvolutionarySearch does), so the data reaches the fast region too. Every
+draw is seeded, and candidates whose trace was already seen are skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+
+import numpy as np
+
+from datagen.tvm_env import load_tensor_intrinsics, to_python
+
+# How many draws may fail (postprocessor rejects, duplicate traces) per candidate wanted
+# before a round gives up: small design spaces run out of new schedules.
+MAX_ATTEMPTS_PER_CANDIDATE = 8
+
+
+@dataclasses.dataclass
+class Candidate:
+    """A concrete schedule ready to build.
+
+    Args:
+        mod: the scheduled IRModule.
+        trace_json: the replayable trace, postprocessing included, as JSON text.
+        trace_hash: SHA-1 of `trace_json`, the deduplication key.
+        origin: "random" or "evolved".
+        parent_hash: for evolved candidates, the trace hash of the parent.
+        mutator: for evolved candidates, the mutator applied.
+    """
+
+    mod: object
+    trace_json: str
+    trace_hash: str
+    origin: str
+    parent_hash: str = ""
+    mutator: str = ""
+
+
+def _canonical(obj):
+    # MetaSchedule's JSON database writes boolean attributes back as 0/1: store them that way
+    # so a trace hashes the same before and after a trip through a database
+    if isinstance(obj, bool):
+        return int(obj)
+    if isinstance(obj, list):
+        return [_canonical(x) for x in obj]
+    return obj
+
+
+def trace_to_json(trace) -> str:
+    """A trace as canonical JSON text."""
+    return json.dumps(_canonical(to_python(trace.as_json())), separators=(",", ":"))
+
+
+def hash_text(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def derive_seed(*parts) -> int:
+    """A 31-bit seed derived from any printable parts (stable across processes and runs)."""
+    return int(hashlib.sha256(repr(parts).encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
+
+
+def replay(mod, trace_json: str):
+    """Apply a stored trace (postprocessing included) to `mod`, returning the Schedule."""
+    from tvm.s_tir import Schedule, Trace
+
+    sch = Schedule(mod, debug_mask=0)
+    Trace.apply_json_to_schedule(json.loads(trace_json), sch)
+    return sch
+
+
+class ScheduleSampler:
+    """Samples schedules of one workload for one target.
+
+    Args:
+        mod: the workload's IRModule.
+        target: a `tvm.target.Target`.
+    """
+
+    def __init__(self, mod, target):
+        from tvm.s_tir import meta_schedule as ms
+
+        load_tensor_intrinsics(target.kind.name)
+        self.mod = mod
+        self.target = target
+        self.context = ms.TuneContext(
+            mod=mod,
+            target=target,
+            space_generator="post-order-apply",
+            search_strategy=ms.search_strategy.ReplayTrace(),
+            num_threads=1,
+        )
+        self.spaces = [sch.trace for sch in self.context.generate_design_space()]
+        self.postprocs = list(self.context.space_generator.postprocs)
+        probs = self.context.space_generator.mutator_probs
+        self.mutators = list(probs.keys())
+        weights = np.array([float(p) for p in probs.values()])
+        self.mutator_probs = weights / weights.sum() if len(weights) else weights
+
+    def __repr__(self) -> str:
+        return (f"ScheduleSampler(target={self.target.kind.name}, spaces={len(self.spaces)}, "
+                f"mutators={len(self.mutators)})")
+
+    def _finish(self, trace, seed: int, remove_postproc: bool = True):
+        """Replay `trace` on a fresh schedule and run the postprocessors; None if rejected."""
+        from tvm.s_tir import Schedule
+
+        sch = Schedule(self.mod, seed=seed, debug_mask=0)
+        try:
+            trace.apply_to_schedule(sch, remove_postproc=remove_postproc)
+            if not all(p.apply(sch) for p in self.postprocs):
+                return None
+        except Exception:  # noqa: BLE001  (TVM raises assorted errors for invalid decisions)
+            return None
+        return sch
+
+    def _accept(self, sch, seen: set[str], **fields) -> Candidate | None:
+        text = trace_to_json(sch.trace)
+        digest = hash_text(text)
+        if digest in seen:
+            return None
+        seen.add(digest)
+        return Candidate(mod=sch.mod, trace_json=text, trace_hash=digest, **fields)
+
+    def random(self, n: int, seed: int, seen: set[str]) -> list[Candidate]:
+        """Up to `n` new random schedules; `seen` (trace hashes) is updated."""
+        from tvm.s_tir import Trace
+
+        rng = np.random.default_rng(seed)
+        out: list[Candidate] = []
+        for _ in range(n * MAX_ATTEMPTS_PER_CANDIDATE):
+            if len(out) == n or not self.spaces:
+                break
+            space = self.spaces[rng.integers(len(self.spaces))]
+            sch = self._finish(Trace(space.insts, {}), int(rng.integers(1, 2**31 - 1)))
+            cand = sch and self._accept(sch, seen, origin="random")
+            if cand:
+                out.append(cand)
+        return out
+
+    def evolve(self, parents: list[str], n: int, seed: int, seen: set[str]) -> list[Candidate]:
+        """Up to `n` new schedules, each one mutation of a parent trace (JSON text)."""
+        from tvm.s_tir.meta_schedule import _ffi_api
+
+        if not parents or not self.mutators:
+            return []
+        rng = np.random.default_rng(seed)
+        traces = [replay(self.mod, p).trace for p in parents]
+        hashes = [hash_text(p) for p in parents]
+        out: list[Candidate] = []
+        for _ in range(n * MAX_ATTEMPTS_PER_CANDIDATE):
+            if len(out) == n:
+                break
+            i = int(rng.integers(len(traces)))
+            mutator = self.mutators[rng.choice(len(self.mutators), p=self.mutator_probs)]
+            mutated = _ffi_api.MutatorApply(mutator, traces[i], int(rng.integers(1, 2**31 - 1)))
+            if mutated is None:
+                continue
+            sch = self._finish(mutated, int(rng.integers(1, 2**31 - 1)))
+            cand = sch and self._accept(sch, seen, origin="evolved", parent_hash=hashes[i],
+                                        mutator=str(mutator).rsplit(".", 1)[-1])
+            if cand:
+                out.append(cand)
+        return out

@@ -1,0 +1,64 @@
+"""`datagen stats`: counts, failures and latencies of a dataset, per family and per workload."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from datagen.measure import OK
+from datagen.records import read_records
+from datagen.tvm_env import UserError
+
+COLUMNS = ["workload_key", "family", "status", "origin", "latency_median", "latency_cv",
+           "target_kind", "cpu_model", "num_threads", "protocol", "collected_at"]
+
+
+def summarise(frame: pd.DataFrame, by: str) -> pd.DataFrame:
+    """One row per `by` value: records, ok, failures by kind, random/evolved, best and median.
+
+    Latencies are in microseconds; `best_us` and `median_us` are over successful records.
+    """
+    ok = frame["status"] == OK
+    lat_us = frame["latency_median"].where(ok) * 1e6
+    grouped = frame.assign(ok=ok, failed=~ok, lat_us=lat_us,
+                           random=frame["origin"] == "random",
+                           evolved=frame["origin"] == "evolved").groupby(by)
+    table = pd.DataFrame({
+        "records": grouped.size(),
+        "ok": grouped["ok"].sum(),
+        "failed": grouped["failed"].sum(),
+        "random": grouped["random"].sum(),
+        "evolved": grouped["evolved"].sum(),
+        "best_us": grouped["lat_us"].min(),
+        "median_us": grouped["lat_us"].median(),
+    })
+    if by == "family":
+        table.insert(0, "workloads", grouped["workload_key"].nunique())
+    return table
+
+
+def format_stats(root: str, by: str = "both") -> str:
+    """The summary of the dataset in `root` as text."""
+    frame = read_records(root, columns=COLUMNS)
+    if frame.empty:
+        raise UserError(f"{root} holds no records; collect some with 'datagen collect --out "
+                        f"{root}'")
+    ok = frame["status"] == OK
+    failures = frame.loc[~ok, "status"].value_counts()
+    span = frame["collected_at"].max() - frame["collected_at"].min()
+    lines = [
+        f"dataset {root}: {len(frame)} records, {int(ok.sum())} ok, {int((~ok).sum())} failed "
+        f"({', '.join(f'{k} {v}' for k, v in failures.items()) or 'none'})",
+        f"workloads {frame['workload_key'].nunique()}, families {frame['family'].nunique()}; "
+        f"targets {', '.join(sorted(frame['target_kind'].unique()))}; "
+        f"cpu {', '.join(sorted(frame['cpu_model'].unique()))}; "
+        f"threads {', '.join(str(t) for t in sorted(frame['num_threads'].unique()))}",
+        f"protocol {', '.join(sorted(frame['protocol'].unique()))}; "
+        f"noisy (cv > 5%): {int((frame['latency_cv'] > 0.05).sum())}; collected over {span}",
+    ]
+    with pd.option_context("display.width", 200, "display.max_rows", 1000,
+                           "display.float_format", "{:.1f}".format):
+        if by in ("family", "both"):
+            lines += ["", summarise(frame, "family").to_string()]
+        if by in ("workload", "both"):
+            lines += ["", summarise(frame, "workload_key").to_string()]
+    return "\n".join(lines)

@@ -1,0 +1,132 @@
+"""TVM session set-up shared by every datagen process: imports, targets, versions.
+
+Importing `tvm.s_tir.tensor_intrin` registers tensor intrinsics for every backend and costs
+tens of seconds (the CUDA ones dominate). MetaSchedule imports it from every `TuneContext` and
+every build. `load_tensor_intrinsics` registers only the backend a target needs and makes later
+imports of the package free, so a collector pays the cost once, and only for its own target.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import platform
+import sys
+import types
+from typing import Any
+
+_INTRIN_PACKAGE = "tvm.s_tir.tensor_intrin"
+_INTRIN_MODULES = {"llvm": ("x86", "arm_cpu"), "cuda": ("cuda",)}
+
+
+class UserError(Exception):
+    """A mistake in what the user asked for: reported as one line, exit status 2."""
+
+
+def load_tensor_intrinsics(target_kind: str) -> None:
+    """Register the tensor intrinsics of one target kind, skipping the other backends."""
+    import tvm.s_tir  # noqa: F401  (the parent package must exist)
+
+    package = sys.modules.get(_INTRIN_PACKAGE)
+    if package is None:
+        spec = importlib.util.find_spec(_INTRIN_PACKAGE)
+        package = types.ModuleType(_INTRIN_PACKAGE)
+        package.__path__ = list(spec.submodule_search_locations)
+        package.__package__ = _INTRIN_PACKAGE
+        sys.modules[_INTRIN_PACKAGE] = package
+    for name in _INTRIN_MODULES.get(target_kind, ()):
+        importlib.import_module(f"{_INTRIN_PACKAGE}.{name}")
+
+
+def to_python(obj: Any) -> Any:
+    """Convert TVM FFI containers (Map, Array, String, IntImm) to plain JSON-able Python."""
+    if isinstance(obj, (str, bool, int, float)) or obj is None:
+        return obj if not isinstance(obj, str) else str(obj)
+    if hasattr(obj, "items"):
+        return {str(k): to_python(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)) or hasattr(obj, "__len__") and hasattr(obj, "__getitem__"):
+        return [to_python(v) for v in obj]
+    if hasattr(obj, "value"):
+        return obj.value
+    return str(obj)
+
+
+def host_cpu() -> str:
+    """The LLVM name of the host CPU (for example 'znver4'), as TVM's LLVM sees it."""
+    import tvm_ffi
+
+    return str(tvm_ffi.get_global_func("target.llvm_get_system_cpu")())
+
+
+def host_cpu_model() -> str:
+    """The marketing name of the host CPU from /proc/cpuinfo, else the platform string."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def default_num_threads() -> int:
+    """Runtime threads for measurement: TVM_NUM_THREADS if set, else every core we may use."""
+    env = os.environ.get("TVM_NUM_THREADS")
+    if env:
+        return int(env)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def make_target(spec: str | dict | None, num_threads: int | None = None):
+    """Build a `tvm.target.Target` from JSON text, a dict or a tag; None means this host's CPU.
+
+    An llvm target without `mcpu` gets the host CPU (without it LLVM emits generic x86 code that
+    runs several times slower) and `num-cores` defaults to the runtime thread count.
+
+    Raises:
+        UserError: if the spec is not a target TVM accepts.
+    """
+    import tvm
+
+    if spec is None or spec == "llvm":
+        config: dict | str = {"kind": "llvm"}
+    elif isinstance(spec, dict):
+        config = dict(spec)
+    else:
+        text = spec.strip()
+        if text.startswith("{"):
+            try:
+                config = json.loads(text)
+            except json.JSONDecodeError as err:
+                raise UserError(f"target is not valid JSON ({err.msg}): {text}") from None
+        else:
+            config = text  # a tag such as "nvidia/nvidia-a100"
+    if isinstance(config, dict) and config.get("kind") == "llvm":
+        config.setdefault("mcpu", host_cpu())
+        config.setdefault("num-cores", num_threads or default_num_threads())
+    try:
+        return tvm.target.Target(config)
+    except Exception as err:  # TVM raises ValueError or its own errors
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(
+            f"malformed target {spec!r}: {first} "
+            '(give JSON such as \'{"kind": "llvm", "mcpu": "znver4"}\' or a tag such as '
+            "'nvidia/nvidia-a100')"
+        ) from None
+
+
+def target_json(target) -> str:
+    """The target as canonical JSON text."""
+    return json.dumps(to_python(target.export()), sort_keys=True)
+
+
+def versions() -> dict[str, str]:
+    """Versions that decide what a measurement means: TVM, its FFI and this project."""
+    import tvm
+    import tvm_ffi
+
+    from datagen import __version__
+
+    return {"tvm": tvm.__version__, "tvm_ffi": tvm_ffi.__version__, "project": __version__}
