@@ -17,7 +17,7 @@ import statistics
 
 from datagen import records
 from datagen.measure import OK, RUN_ERROR
-from datagen.sampler import hash_text, trace_to_json
+from datagen.sampler import hash_text, trace_hash, trace_to_json
 from datagen.tvm_env import UserError, target_json, to_python, versions
 
 WORKLOAD_FILE = "database_workload.json"
@@ -73,7 +73,7 @@ def import_database(workload_json: str, record_json: str, out: str) -> int:
             known = index.get(tvm_ffi.structural_hash(mod))
             key = known.key if known else f"imported/{hash_text(mod.script())[:12]}"
             trace = trace_to_json(rec.trace)
-            digest = hash_text(trace)
+            digest = trace_hash(trace)
             if (key, digest) in seen:
                 continue
             seen.add((key, digest))

@@ -22,7 +22,7 @@ Columns (one row per measured candidate):
 | cpu_model | string | host CPU model of the measuring machine |
 | num_threads | int32 | runtime threads used for measurement |
 | trace | string (JSON) | replayable MetaSchedule trace, postprocessing included |
-| trace_hash | string | SHA-1 of `trace` (deduplication key) |
+| trace_hash | string | SHA-1 of `trace` with booleans as 0/1 (deduplication key) |
 | origin | string | `random` (fresh design-space sample) or `evolved` (a mutation) |
 | parent_hash | string | trace hash of the parent of an evolved candidate |
 | mutator | string | mutator that produced an evolved candidate |
@@ -97,12 +97,19 @@ def shard_paths(root: str) -> list[str]:
     return sorted(glob.glob(os.path.join(root, SHARD_PATTERN)))
 
 
-def _check_version(path: str, schema: pa.Schema) -> None:
+def _checked_schema(path: str) -> pa.Schema:
+    """The schema of a shard, which must be readable and of this schema version."""
+    try:
+        schema = pq.read_schema(path)
+    except Exception as err:  # noqa: BLE001  (pyarrow raises several kinds)
+        raise UserError(f"{path} is not a readable record shard ({err}); move it aside "
+                        "and run again") from None
     found = (schema.metadata or {}).get(SCHEMA_KEY)
     if found is None or int(found) != SCHEMA_VERSION:
         raise UserError(f"{path} has record schema version "
                         f"{found.decode() if found else 'none'}, this version reads "
                         f"{SCHEMA_VERSION}: collect into a new folder or convert the dataset")
+    return schema
 
 
 def read_records(root: str, columns: list[str] | None = None):
@@ -117,12 +124,9 @@ def read_records(root: str, columns: list[str] | None = None):
         raise UserError(f"dataset folder {root} does not exist")
     tables = []
     for path in shard_paths(root):
+        _checked_schema(path)
         try:
-            schema = pq.read_schema(path)
-            _check_version(path, schema)
             tables.append(pq.read_table(path, columns=columns))
-        except UserError:
-            raise
         except Exception as err:  # noqa: BLE001  (pyarrow raises several kinds)
             raise UserError(f"{path} is not a readable record shard ({err}); move it aside "
                             "and run again") from None
@@ -159,7 +163,7 @@ class ShardWriter:
         for stale in glob.glob(os.path.join(root, TMP_PREFIX + "*")):
             os.remove(stale)  # a killed writer's half-written shard: never data
         for path in shard_paths(root):
-            _check_version(path, pq.read_schema(path))
+            _checked_schema(path)
         self._writer_id = f"{int(time.time())}{uuid.uuid4().hex[:6]}"
         self._count = 0
 

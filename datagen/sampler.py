@@ -28,7 +28,7 @@ class Candidate:
     Args:
         mod: the scheduled IRModule.
         trace_json: the replayable trace, postprocessing included, as JSON text.
-        trace_hash: SHA-1 of `trace_json`, the deduplication key.
+        trace_hash: `trace_hash(trace_json)`, the deduplication key.
         origin: "random" or "evolved".
         parent_hash: for evolved candidates, the trace hash of the parent.
         mutator: for evolved candidates, the mutator applied.
@@ -43,8 +43,6 @@ class Candidate:
 
 
 def _canonical(obj):
-    # MetaSchedule's JSON database writes boolean attributes back as 0/1: store them that way
-    # so a trace hashes the same before and after a trip through a database
     if isinstance(obj, bool):
         return int(obj)
     if isinstance(obj, list):
@@ -53,8 +51,17 @@ def _canonical(obj):
 
 
 def trace_to_json(trace) -> str:
-    """A trace as canonical JSON text."""
-    return json.dumps(_canonical(to_python(trace.as_json())), separators=(",", ":"))
+    """A trace as JSON text, exactly as it replays."""
+    return json.dumps(to_python(trace.as_json()), separators=(",", ":"))
+
+
+def trace_hash(trace_json: str) -> str:
+    """The deduplication key of a trace: SHA-1 of its canonical JSON.
+
+    MetaSchedule's JSON database writes boolean attributes back as 0/1; hashing them as
+    integers gives a trace the same key before and after a trip through a database.
+    """
+    return hash_text(json.dumps(_canonical(json.loads(trace_json)), separators=(",", ":")))
 
 
 def hash_text(text: str) -> str:
@@ -114,6 +121,7 @@ class ScheduleSampler:
         sch = Schedule(self.mod, seed=seed, debug_mask=0)
         try:
             trace.apply_to_schedule(sch, remove_postproc=remove_postproc)
+            sch.enter_postproc()  # marks where postprocessing starts, as MetaSchedule does
             if not all(p.apply(sch) for p in self.postprocs):
                 return None
         except Exception:  # noqa: BLE001  (TVM raises assorted errors for invalid decisions)
@@ -122,7 +130,7 @@ class ScheduleSampler:
 
     def _accept(self, sch, seen: set[str], **fields) -> Candidate | None:
         text = trace_to_json(sch.trace)
-        digest = hash_text(text)
+        digest = trace_hash(text)
         if digest in seen:
             return None
         seen.add(digest)
@@ -152,7 +160,7 @@ class ScheduleSampler:
             return []
         rng = np.random.default_rng(seed)
         traces = [replay(self.mod, p).trace for p in parents]
-        hashes = [hash_text(p) for p in parents]
+        hashes = [trace_hash(p) for p in parents]
         out: list[Candidate] = []
         for _ in range(n * MAX_ATTEMPTS_PER_CANDIDATE):
             if len(out) == n:

@@ -9,8 +9,10 @@ number of times the task occurs in the model.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
+import zipfile
 
 from datagen.tvm_env import UserError, load_tensor_intrinsics
 from datagen.workloads import Workload
@@ -56,12 +58,19 @@ def workloads_from_file(path: str, target) -> list[Workload]:
 
     if not os.path.isfile(path):
         raise UserError(f"PyTorch model file {path} does not exist")
+    hint = "write one with torch.export.save(torch.export.export(model, args), path)"
+    if not zipfile.is_zipfile(path):
+        raise UserError(f"{path} is not a torch.export program; {hint}")
+    logger = logging.getLogger("torch.export")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # torch logs its own traceback before raising
     try:
         program = torch.export.load(path)
     except Exception as err:  # noqa: BLE001
-        raise UserError(f"{path} is not a torch.export program ({type(err).__name__}); write "
-                        "one with torch.export.save(torch.export.export(model, args), path)") \
-            from None
+        raise UserError(f"{path} is not a torch.export program ({type(err).__name__}); "
+                        f"{hint}") from None
+    finally:
+        logger.setLevel(level)
     network = os.path.splitext(os.path.basename(path))[0]
     workloads = workloads_from_exported(program, target, network)
     if not workloads:

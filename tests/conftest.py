@@ -1,0 +1,94 @@
+"""Shared helpers: run the real CLI in a subprocess, and a loopback RPC tracker with a server."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+CLI_TIMEOUT_SEC = 600
+
+
+def run_cli(*args: str, cwd=None, check: bool = False) -> subprocess.CompletedProcess:
+    """Run `datagen ARGS...` as a user would, returning the finished process."""
+    proc = subprocess.run([sys.executable, "-m", "datagen.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"datagen {' '.join(args)} failed:\n{proc.stderr}")
+    return proc
+
+
+def assert_clean_error(proc: subprocess.CompletedProcess, match: str) -> None:
+    """Exit status 2 and one line on stderr that names the problem, no traceback."""
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("datagen: error:")]
+    assert len(lines) == 1, proc.stderr
+    assert match in lines[0], lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """Stop a process and every child it left (TVM's RPC leaves popen workers behind)."""
+    try:
+        parent = psutil.Process(proc.pid)
+        procs = parent.children(recursive=True) + [parent]
+    except psutil.NoSuchProcess:
+        procs = []
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=10)
+    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def rpc_tracker():
+    """A TVM RPC tracker and one CPU server registered under key 'loopback-cpu'."""
+    from tvm import rpc
+
+    port = free_port()
+    key = "loopback-cpu"
+    env = {**os.environ, "TVM_NUM_THREADS": "1"}
+    tracker = subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host",
+                                "127.0.0.1", "--port", str(port), "--port-end",
+                                str(port + 1)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    server = None
+    try:
+        deadline = time.time() + 60
+        while True:  # wait until the tracker listens
+            assert tracker.poll() is None, "the RPC tracker exited at start"
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.2)
+        server = subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--tracker",
+                                   f"127.0.0.1:{port}", "--key", key, "--host", "127.0.0.1"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  env=env, start_new_session=True)
+        while key not in str(rpc.connect_tracker("127.0.0.1", port).summary()):
+            assert server.poll() is None, "the RPC server exited at start"
+            if time.time() > deadline:
+                raise TimeoutError("RPC server did not register with the tracker")
+            time.sleep(0.5)
+        yield {"address": f"127.0.0.1:{port}", "key": key, "procs": [tracker, server]}
+    finally:
+        for proc in (server, tracker):
+            if proc is not None:
+                kill_tree(proc)

@@ -1,0 +1,114 @@
+"""End-to-end collection with real builds and measurements on tiny workloads."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import assert_clean_error, run_cli
+from datagen.records import read_records, shard_paths
+
+pytestmark = pytest.mark.slow
+
+DENSE = "dense/m32_n32_k32"
+SOFTMAX = "softmax/rows16_cols32"
+
+
+def test_collect_measures_and_records_everything(tmp_path):
+    out = str(tmp_path / "ds")
+    proc = run_cli("collect", DENSE, "--out", out, "--per-workload", "8", "--batch-size", "4",
+                   "--repeat", "3", "--min-repeat-ms", "5", "--no-progress", check=True)
+    assert "committed 8 candidates" in proc.stdout
+    frame = read_records(out)
+    assert len(frame) == 8 and frame.trace_hash.is_unique
+    assert set(frame.origin) == {"random", "evolved"}
+    ok = frame[frame.status == "ok"]
+    assert len(ok) >= 6
+    assert all(len(lat) == 3 for lat in ok.latencies)
+    assert (ok.latency_median > 0).all() and (ok.build_secs > 0).all() and (ok.run_secs > 0).all()
+    row = frame.iloc[0]
+    assert '"mcpu"' in row.target and row.num_threads >= 1 and row.cpu_model
+    assert '"repeat": 3' in row.protocol and row.tvm_ffi_version.startswith("0.1.14")
+    # running the same command again finds nothing left to do
+    again = run_cli("collect", DENSE, "--out", out, "--per-workload", "8", "--batch-size", "4",
+                    "--no-progress", check=True)
+    assert "committed 0 candidates" in again.stdout
+    assert len(read_records(out)) == 8
+
+
+def test_sigkill_then_resume_loses_nothing_and_duplicates_nothing(tmp_path):
+    out = str(tmp_path / "ds")
+    args = ["collect", DENSE, SOFTMAX, "--out", out, "--per-workload", "12", "--batch-size",
+            "2", "--repeat", "2", "--min-repeat-ms", "2", "--no-progress"]
+    proc = subprocess.Popen([sys.executable, "-m", "datagen.cli", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 300
+    while len(shard_paths(out)) < 3 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the collector and its build/run workers, mid-batch
+    proc.wait()
+    before = read_records(out)
+    assert 0 < len(before) < 24, "the kill should land mid-collection"
+    run_cli(*args, check=True)
+    after = read_records(out)
+    assert len(after) == 24
+    assert after.groupby("workload_key").size().to_dict() == {DENSE: 12, SOFTMAX: 12}
+    assert after.trace_hash.is_unique
+    assert set(before.trace_hash) <= set(after.trace_hash)
+
+
+def test_build_timeout_is_recorded_not_fatal(tmp_path):
+    out = str(tmp_path / "ds")
+    run_cli("collect", "conv2d/h8_w8_ci8_co8_k3_stride1_pad1", "--out", out, "--per-workload",
+            "2", "--batch-size", "2", "--build-timeout", "0.05", "--no-progress", check=True)
+    frame = read_records(out)
+    assert list(frame.status) == ["build_timeout", "build_timeout"]
+    assert frame.error.str.contains("killed after 0.05 seconds").all()
+    assert frame.latencies.map(len).eq(0).all() and frame.latency_median.isna().all()
+
+
+def test_stats_summarises_families_and_workloads(tmp_path):
+    out = str(tmp_path / "ds")
+    run_cli("collect", "tiny", "--out", out, "--per-workload", "2", "--batch-size", "2",
+            "--no-progress", check=True)
+    proc = run_cli("stats", out, check=True)
+    assert "6 records" in proc.stdout
+    for family in ("dense", "softmax", "conv2d"):
+        assert family in proc.stdout
+    assert "best_us" in proc.stdout and DENSE in proc.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["collect", "resnet5", "--out", "{out}"], "unknown workload or suite 'resnet5'"),
+    (["collect", "tiny", "--out", "{out}", "--target", '{"kind": "llvm"'],
+     "target is not valid JSON"),
+    (["collect", "tiny", "--out", "{out}", "--target", '{"kind": "nosuch"}'],
+     "malformed target"),
+    (["collect", "tiny", "--out", "{out}", "--tracker", "127.0.0.1:9", "--key", "k"],
+     "is unreachable"),
+    (["collect", "tiny", "--out", "{out}", "--tracker", "nohostport"], "is not host:port"),
+    (["collect", "tiny", "--out", "{out}", "--target", "nvidia/nvidia-a100"],
+     "needs a device"),
+    (["collect", "tiny", "--out", "{blocked}/sub"], "cannot write"),
+    (["stats", "{out}/missing"], "does not exist"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("x")
+    args = [a.replace("{out}", str(tmp_path / "ds")).replace("{blocked}", str(blocked))
+            for a in args]
+    assert_clean_error(run_cli(*args), message)
+
+
+def test_bad_shards_stop_collection_and_are_kept(tmp_path):
+    out = tmp_path / "ds"
+    out.mkdir()
+    bad = out / "shard-old-00001.parquet"
+    bad.write_bytes(b"garbage")
+    proc = run_cli("collect", "tiny", "--out", str(out), "--no-progress")
+    assert_clean_error(proc, "not a readable record shard")
+    assert bad.read_bytes() == b"garbage" and len(list(out.iterdir())) == 2  # shard and lock

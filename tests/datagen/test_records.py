@@ -1,0 +1,78 @@
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from datagen import records
+from datagen.tvm_env import UserError
+
+
+def _row(i: int) -> dict:
+    row = {name: None for name in records.SCHEMA.names}
+    row.update(workload_key="dense/m1_n1_k1", trace_hash=f"h{i}", status="ok",
+               latencies=[1e-6, 2e-6], latency_median=1.5e-6, round=0, seed=0)
+    return row
+
+
+def test_write_then_read_round_trip(tmp_path):
+    writer = records.ShardWriter(str(tmp_path))
+    writer.write([_row(0), _row(1)])
+    writer.write([_row(2)])
+    writer.close()
+    frame = records.read_records(str(tmp_path))
+    assert list(frame.trace_hash) == ["h0", "h1", "h2"]
+    assert list(frame.latencies[0]) == [1e-6, 2e-6]
+    assert len(records.shard_paths(str(tmp_path))) == 2
+
+
+def test_half_written_files_are_never_data(tmp_path):
+    writer = records.ShardWriter(str(tmp_path))
+    writer.write([_row(0)])
+    writer.close()
+    (tmp_path / ".tmp-shard-x-00001.parquet").write_bytes(b"PAR1 truncated")
+    assert len(records.read_records(str(tmp_path))) == 1
+    records.ShardWriter(str(tmp_path)).close()  # the next writer cleans the leftover up
+    assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_one_writer_per_folder(tmp_path):
+    first = records.ShardWriter(str(tmp_path))
+    with pytest.raises(UserError, match="another collector"):
+        records.ShardWriter(str(tmp_path))
+    first.close()
+
+
+def test_other_schema_version_is_refused(tmp_path):
+    table = pa.Table.from_pylist([_row(0)], schema=records.SCHEMA)
+    table = table.replace_schema_metadata({records.SCHEMA_KEY: b"99"})
+    pq.write_table(table, tmp_path / "shard-old-00001.parquet")
+    with pytest.raises(UserError, match="schema version 99"):
+        records.read_records(str(tmp_path))
+    with pytest.raises(UserError, match="schema version 99"):
+        records.ShardWriter(str(tmp_path))
+
+
+def test_corrupt_shard_is_reported_not_deleted(tmp_path):
+    bad = tmp_path / "shard-bad-00001.parquet"
+    bad.write_bytes(b"not parquet")
+    with pytest.raises(UserError, match="not a readable record shard"):
+        records.read_records(str(tmp_path))
+    assert bad.read_bytes() == b"not parquet"
+
+
+def test_missing_folder(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        records.read_records(str(tmp_path / "nope"))
+
+
+def test_unwritable_output(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(UserError, match="cannot write"):
+        records.ShardWriter(os.path.join(str(blocker), "sub"))
+
+
+def test_empty_dataset_has_columns(tmp_path):
+    frame = records.read_records(str(tmp_path), columns=["workload_key"])
+    assert list(frame.columns) == ["workload_key"] and len(frame) == 0
