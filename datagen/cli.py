@@ -47,6 +47,11 @@ def _collect(args) -> int:
         return 130
     print(f"committed {summary.committed} candidates ({summary.ok} ok, {summary.failed} failed) "
           f"to {args.out}")
+    if summary.committed:
+        wall = max(summary.wall, 1e-9)
+        print(f"wall {summary.wall:.1f} s: building {100 * summary.build_wall / wall:.0f}%, "
+              f"running {100 * summary.run_wall / wall:.0f}%, "
+              f"{60 * summary.committed / wall:.1f} candidates/min")
     for key in summary.exhausted:
         print(f"note: {key}: no unseen schedule left in its design space")
     return 0

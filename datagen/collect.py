@@ -15,6 +15,7 @@ import json
 import math
 import statistics
 import sys
+import time
 
 from datagen import records
 from datagen.measure import OK, Measurer, MeasureResult, Tracker
@@ -77,10 +78,15 @@ class WorkloadState:
 
 @dataclasses.dataclass
 class CollectSummary:
+    """What one `collect` call did, and where its wall time went (seconds)."""
+
     committed: int = 0
     ok: int = 0
     failed: int = 0
     exhausted: list = dataclasses.field(default_factory=list)
+    wall: float = 0.0
+    build_wall: float = 0.0
+    run_wall: float = 0.0
 
 
 def load_state(out: str, target_text: str) -> dict[str, WorkloadState]:
@@ -137,6 +143,7 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
     """
     from tqdm import tqdm
 
+    start = time.perf_counter()
     target_text = target_json(cfg.target)
     writer = records.ShardWriter(cfg.out)
     states = load_state(cfg.out, target_text)
@@ -194,4 +201,6 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
         bar.close()
         measurer.close()
         writer.close()
+    summary.wall = time.perf_counter() - start
+    summary.build_wall, summary.run_wall = measurer.build_wall, measurer.run_wall
     return summary

@@ -101,6 +101,8 @@ class Measurer:
         self.num_threads = num_threads or default_num_threads()
         self.tracker = tracker
         self.device_type = "cpu" if target.kind.name == "llvm" else target.kind.name
+        self.build_wall = 0.0  # seconds spent building, over the measurer's life
+        self.run_wall = 0.0  # seconds spent measuring
         if target.kind.name != "llvm" and tracker is None:
             raise UserError(f"measuring a {target.kind.name} target needs a device: "
                             "pass --tracker host:port --key KEY of an RPC tracker that has one")
@@ -126,7 +128,9 @@ class Measurer:
 
         from datagen.builder import TIMEOUT_PREFIX, remove_artifact
 
+        start = time.perf_counter()
         built = self.builder.build([BuilderInput(mod, self.target) for mod in mods])
+        self.build_wall += time.perf_counter() - start
         results = []
         for mod, res, build_secs in zip(mods, built, self.builder.last_build_secs):
             if res.error_msg is not None:
@@ -140,6 +144,7 @@ class Measurer:
                                                      args_info)])
             run = future.result()
             run_secs = time.perf_counter() - start
+            self.run_wall += run_secs
             remove_artifact(res.artifact_path)
             if run.error_msg is not None:
                 results.append(MeasureResult(_classify_run_error(run.error_msg), [],

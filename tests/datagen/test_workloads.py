@@ -47,3 +47,15 @@ def test_unknown_names_get_a_suggestion():
 
 def test_flops_of_a_dense():
     assert Workload("dense", (4, 8, 16)).flops() == pytest.approx(2 * 4 * 8 * 16)
+
+
+def test_cli_lists_suites_and_workloads(capsys):
+    from datagen.cli import main
+
+    assert main(["workloads"]) == 0
+    listing = capsys.readouterr().out
+    assert "full\t" in listing and "tiny\t" in listing
+    assert main(["workloads", "bert-base"]) == 0
+    assert "dense/m128_n768_k768\tbert-base\tweight=48" in capsys.readouterr().out
+    assert main(["workloads", "nosuch"]) == 2
+    assert "unknown suite 'nosuch'" in capsys.readouterr().err

@@ -1,0 +1,104 @@
+"""Benchmark: measured candidates per minute, `datagen collect` against MetaSchedule `tune_tir`.
+
+Both collect the same number of candidates of the same workloads on this machine, one after
+the other in one run, each in a fresh process (so both pay TVM's start-up), with the same
+runtime thread count. `tune_tir` uses its default builder, runner, search and cost model.
+Prints candidates per minute for each, their ratio, and the share of datagen's collection
+wall time spent building and running. Repeat with --runs N for a median.
+
+    python bench/collect_vs_tune_tir.py [--trials 64] [--runs 1] [WORKLOAD ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+DEFAULT_WORKLOADS = ["dense/m128_n768_k768", "conv2d/h28_w28_ci128_co128_k3_stride1_pad1"]
+TARGET_SPEEDUP = 3.0
+TARGET_BUSY_SHARE = 0.80
+
+
+def tune_tir_worker(workloads: list[str], trials: int, work_dir: str) -> None:
+    """Runs in its own process: tune each workload with MetaSchedule's defaults."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+    from datagen.tvm_env import make_target
+    from datagen.workloads import resolve
+
+    target = make_target(None)
+    measured = 0
+    for i, w in enumerate(resolve(workloads)):
+        wd = os.path.join(work_dir, str(i))
+        ms.tune_tir(w.mod, target, wd, max_trials_global=trials, seed=0)
+        measured += len(JSONDatabase(work_dir=wd).get_all_tuning_records())
+    print(f"measured {measured}")
+
+
+def timed(cmd: list[str]) -> tuple[float, str]:
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(cmd[:4])} failed:\n{proc.stderr[-3000:]}")
+    return wall, proc.stdout
+
+
+def one_run(workloads: list[str], trials: int) -> dict:
+    env_threads = os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))))
+    with tempfile.TemporaryDirectory() as tmp:
+        wall_d, out = timed([sys.executable, "-m", "datagen.cli", "collect", *workloads,
+                             "--out", os.path.join(tmp, "ds"), "--per-workload", str(trials),
+                             "--no-progress", "--threads", env_threads])
+        n_d = int(re.search(r"committed (\d+) candidates", out).group(1))
+        shares = re.search(r"building (\d+)%, running (\d+)%", out)
+        inner_wall = float(re.search(r"wall ([\d.]+) s", out).group(1))
+        busy = (int(shares.group(1)) + int(shares.group(2))) / 100
+        wall_t, out = timed([sys.executable, __file__, "--tune-tir-worker", "--trials",
+                             str(trials), "--work-dir", os.path.join(tmp, "tune"), *workloads])
+        n_t = int(re.search(r"measured (\d+)", out).group(1))
+    return {"datagen_per_min": 60 * n_d / wall_d, "tune_tir_per_min": 60 * n_t / wall_t,
+            "n_datagen": n_d, "n_tune_tir": n_t, "wall_datagen": wall_d, "wall_tune_tir": wall_t,
+            "busy_share": busy, "busy_share_process": busy * inner_wall / wall_d}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("workloads", nargs="*", default=DEFAULT_WORKLOADS)
+    parser.add_argument("--trials", type=int, default=64, help="candidates per workload")
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--tune-tir-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--work-dir", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.tune_tir_worker:
+        tune_tir_worker(args.workloads, args.trials, args.work_dir)
+        return
+    runs = []
+    for i in range(args.runs):
+        run = one_run(args.workloads, args.trials)
+        runs.append(run)
+        print(f"run {i + 1}: datagen {run['n_datagen']} candidates in {run['wall_datagen']:.1f} s"
+              f" ({run['datagen_per_min']:.1f}/min); tune_tir {run['n_tune_tir']} in "
+              f"{run['wall_tune_tir']:.1f} s ({run['tune_tir_per_min']:.1f}/min)", flush=True)
+    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    ratio = med["datagen_per_min"] / med["tune_tir_per_min"]
+    print(f"\nworkloads: {', '.join(args.workloads)}; {args.trials} candidates each; "
+          f"median of {args.runs} run(s)")
+    print(f"datagen collect : {med['datagen_per_min']:7.1f} measured candidates/min")
+    print(f"tune_tir        : {med['tune_tir_per_min']:7.1f} measured candidates/min")
+    print(f"ratio           : {ratio:7.2f}x (target >= {TARGET_SPEEDUP:g}x)")
+    print(f"datagen building+running: {100 * med['busy_share']:.0f}% of collection wall time, "
+          f"{100 * med['busy_share_process']:.0f}% of the whole process including start-up "
+          f"(target >= {100 * TARGET_BUSY_SHARE:.0f}%)")
+
+
+if __name__ == "__main__":
+    main()
