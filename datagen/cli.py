@@ -103,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("workloads", nargs="*", help="workload keys or suite names (default: the "
                    "'default' suite); see 'datagen workloads'")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"dataset folder (default {DEFAULT_OUT})")
-    p.add_argument("--target", help="TVM target as JSON or a tag (default: llvm for this CPU)")
+    p.add_argument("--target", help="TVM target as JSON or a tag (default: llvm for this "
+                   "CPU; with --tracker, give the target of the remote device)")
     p.add_argument("--torch-model", metavar="PT2", help="also collect every task of a "
                    "torch.export program saved with torch.export.save")
     p.add_argument("--per-workload", type=int, default=32, help="candidates per workload")

@@ -145,10 +145,15 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
 
     start = time.perf_counter()
     target_text = target_json(cfg.target)
-    writer = records.ShardWriter(cfg.out)
-    states = load_state(cfg.out, target_text)
+    # the measurer checks target and tracker before anything is written
     measurer = Measurer(cfg.target, cfg.protocol, cfg.tracker, cfg.num_threads,
                         cfg.build_workers, cfg.build_timeout, cfg.run_timeout)
+    try:
+        writer = records.ShardWriter(cfg.out)
+        states = load_state(cfg.out, target_text)
+    except BaseException:
+        measurer.close()
+        raise
     ver = versions()
     context = {
         "target": target_text, "target_kind": cfg.target.kind.name,

@@ -160,4 +160,8 @@ class Measurer:
         return results
 
     def close(self) -> None:
+        """Stop the builder's and the runner's worker processes."""
         self.builder.shutdown()
+        pool = getattr(self.runner, "pool", None)
+        if pool is not None:
+            pool.shutdown(wait=False)

@@ -1,0 +1,74 @@
+"""The latency model: typed GraphSAGE over a program graph, a graph readout and an MLP head.
+
+A plain `torch.nn.Module`; training (loss, optimiser, normalisation) lives in `training`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch_geometric.nn import SAGEConv, global_max_pool, global_mean_pool
+
+
+class GraphSAGECostModel(nn.Module):
+    """Predicts normalised log-latency of scheduled programs from their graphs.
+
+    Node inputs are an embedding of the node kind plus a projection of the numeric features.
+    Each layer runs one `SAGEConv` per edge type and sums them (a typed GraphSAGE), followed
+    by a residual connection and layer norm. The readout concatenates mean and max pooling
+    and, when given, a projection of whole-program features.
+
+    Args:
+        num_node_kinds: size of the node-kind vocabulary.
+        num_node_features: numeric features per node.
+        num_edge_types: edge types in the graphs.
+        num_program_features: whole-program features per graph (0: none).
+        hidden: width of node embeddings.
+        num_layers: message-passing layers.
+        dropout: dropout in the head.
+
+    Shapes:
+        - **input:** node kinds :math:`(|V|)`, node features :math:`(|V|, F)`, edge index
+          :math:`(2, |E|)`, edge types :math:`(|E|)`, batch vector :math:`(|V|)`, program
+          features :math:`(B, P)`
+        - **output:** :math:`(B)`, one prediction per graph
+    """
+
+    def __init__(self, num_node_kinds: int, num_node_features: int, num_edge_types: int,
+                 num_program_features: int = 0, hidden: int = 128, num_layers: int = 3,
+                 dropout: float = 0.1):
+        super().__init__()
+        self.num_edge_types = num_edge_types
+        self.kind_embedding = nn.Embedding(num_node_kinds, hidden)
+        self.feature_proj = nn.Linear(num_node_features, hidden)
+        self.layers = nn.ModuleList(
+            nn.ModuleList(SAGEConv(hidden, hidden, aggr="mean") for _ in range(num_edge_types))
+            for _ in range(num_layers))
+        self.norms = nn.ModuleList(nn.LayerNorm(hidden) for _ in range(num_layers))
+        self.program_proj = nn.Linear(num_program_features, hidden) \
+            if num_program_features else None
+        readout = 2 * hidden + (hidden if num_program_features else 0)
+        self.head = nn.Sequential(nn.Linear(readout, hidden), nn.ReLU(), nn.Dropout(dropout),
+                                  nn.Linear(hidden, hidden // 2), nn.ReLU(),
+                                  nn.Linear(hidden // 2, 1))
+
+    def embed(self, node_kind: torch.Tensor, x: torch.Tensor, edge_index: torch.Tensor,
+              edge_type: torch.Tensor, batch: torch.Tensor,
+              program: torch.Tensor | None = None) -> torch.Tensor:
+        """Graph embeddings :math:`(B, readout)`, the input of the head."""
+        h = self.kind_embedding(node_kind) + self.feature_proj(x)
+        masks = [edge_type == t for t in range(self.num_edge_types)]
+        for convs, norm in zip(self.layers, self.norms):
+            msg = sum(conv(h, edge_index[:, m]) for conv, m in zip(convs, masks))
+            h = norm(h + torch.relu(msg))
+        size = int(batch.max()) + 1 if batch.numel() else 0
+        parts = [global_mean_pool(h, batch, size), global_max_pool(h, batch, size)]
+        if self.program_proj is not None:
+            parts.append(torch.relu(self.program_proj(program)))
+        return torch.cat(parts, dim=-1)
+
+    def forward(self, node_kind: torch.Tensor, x: torch.Tensor, edge_index: torch.Tensor,
+                edge_type: torch.Tensor, batch: torch.Tensor,
+                program: torch.Tensor | None = None) -> torch.Tensor:
+        return self.head(self.embed(node_kind, x, edge_index, edge_type, batch,
+                                    program)).squeeze(-1)
