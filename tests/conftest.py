@@ -92,3 +92,12 @@ def rpc_tracker():
         for proc in (server, tracker):
             if proc is not None:
                 kill_tree(proc)
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(tmp_path_factory) -> str:
+    """A real dataset: 12 measured schedules of each workload of the 'tiny' suite."""
+    out = str(tmp_path_factory.mktemp("tiny") / "ds")
+    run_cli("collect", "tiny", "--out", out, "--per-workload", "12", "--batch-size", "6",
+            "--repeat", "3", "--min-repeat-ms", "5", "--no-progress", check=True)
+    return out

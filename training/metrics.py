@@ -30,7 +30,7 @@ def ape(workload, measured, predicted) -> float:
     groups = _groups(workload, measured, predicted)
     picked = sum(L[np.argmin(y)] for L, y, _ in groups)
     best = sum(L.min() for L, _, _ in groups)
-    return 100.0 * abs(picked - best) / best
+    return float(100.0 * abs(picked - best) / best)
 
 
 def mape(measured, predicted) -> float:
@@ -78,7 +78,7 @@ def top_k_score(workload, measured, predicted, k: int, weight=None) -> float:
         chosen = np.argsort(y, kind="stable")[:k]
         num += w * L.min()
         den += w * L[chosen].min()
-    return num / den
+    return float(num / den)
 
 
 def apeak_at_k(workload, measured, predicted, k: int = APEAK_K) -> float:
