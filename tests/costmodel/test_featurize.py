@@ -1,0 +1,179 @@
+import math
+
+import numpy as np
+import pytest
+
+from costmodel.featurize import (EDGE_TYPES, FEATURIZER_VERSION, NODE_FEATURES,
+                                 NUM_NODE_FEATURES, NUM_PROGRAM_FEATURES, PROGRAM_FEATURES,
+                                 VOCABULARY, FeaturizeError, Featurizer, ProgramGraph,
+                                 build_graph, lower_for_features, program_features, record_key)
+from datagen.sampler import ScheduleSampler
+from datagen.tvm_env import make_target
+from datagen.workloads import Workload
+
+DENSE = Workload("dense", (32, 32, 32))
+CONV = Workload("conv2d", (8, 8, 16, 16, 3, 1, 1))
+SCHEDULES_PER_WORKLOAD = 6
+F = {name: i for i, name in enumerate(NODE_FEATURES)}
+
+
+@pytest.fixture(scope="module")
+def target():
+    return make_target(None)
+
+
+@pytest.fixture(scope="module")
+def candidates(target):
+    """A few random llvm schedules of each workload: (workload, Candidate) pairs."""
+    return [(w, c) for w in (DENSE, CONV)
+            for c in ScheduleSampler(w.mod, target).random(SCHEDULES_PER_WORKLOAD, 0, set())]
+
+
+@pytest.fixture(scope="module")
+def graphs(candidates, target):
+    return [build_graph(lower_for_features(c.mod, target)) for _, c in candidates]
+
+
+def kinds_of(graph: ProgramGraph) -> set[str]:
+    names = {i: name for name, i in VOCABULARY.items()}
+    return {names[int(k)] for k in graph.node_kind}
+
+
+def test_constants():
+    assert FEATURIZER_VERSION.startswith("tir-graph-")
+    assert sorted(VOCABULARY.values()) == list(range(len(VOCABULARY)))
+    assert {"root", "loop_parallel", "loop_thread_binding", "store", "load", "alloc_shared",
+            "other_op"} <= set(VOCABULARY)
+    assert NUM_NODE_FEATURES == len(NODE_FEATURES) and NUM_PROGRAM_FEATURES == len(PROGRAM_FEATURES)
+
+
+def test_graphs_are_well_formed(graphs):
+    for g in graphs:
+        assert 10 <= g.num_nodes <= 500 and g.num_nodes <= g.num_edges <= 10 * g.num_nodes
+        assert g.node_kind.dtype == np.int64 and g.node_kind.shape == (g.num_nodes,)
+        assert g.x.dtype == np.float32 and g.x.shape == (g.num_nodes, NUM_NODE_FEATURES)
+        assert g.edge_index.dtype == np.int64 and g.edge_index.shape == (2, g.num_edges)
+        assert g.edge_type.dtype == np.int64 and g.edge_type.shape == (g.num_edges,)
+        assert g.program.dtype == np.float32 and g.program.shape == (NUM_PROGRAM_FEATURES,)
+        assert 0 <= g.edge_index.min() and g.edge_index.max() < g.num_nodes
+        assert set(np.unique(g.edge_type)) <= set(range(len(EDGE_TYPES)))
+        assert np.isfinite(g.x).all() and np.isfinite(g.program).all()
+        assert (g.node_kind == VOCABULARY["root"]).sum() == 1
+        assert {"store", "load", "mul", "add"} <= kinds_of(g)
+    assert repr(graphs[0]).startswith(f"ProgramGraph(nodes={graphs[0].num_nodes}, edges=")
+
+
+def test_llvm_schedules_show_parallel_and_vectorized_loops(graphs):
+    seen = set().union(*(kinds_of(g) for g in graphs))
+    assert {"loop_parallel", "loop_vectorized"} <= seen
+
+
+def test_flops_match_tvm_estimate(candidates, graphs):
+    for (workload, _), g in zip(candidates, graphs):
+        flops = g.program[PROGRAM_FEATURES.index("log_flops")]
+        assert flops == pytest.approx(math.log2(1 + workload.flops()), rel=1e-5)
+
+
+def test_access_features_of_a_plain_matmul(target):
+    """Unscheduled C[i, j] += A[i, k] * B[j, k] over loops i, j, k of 32: known strides."""
+    g = build_graph(lower_for_features(DENSE.mod, target))
+    rows = g.x[g.node_kind == VOCABULARY["store"]]
+    update = rows[rows[:, F["is_reduction"]] == 1]
+    assert len(update) == 1
+    update = update[0]
+    log33 = math.log2(33)
+    # innermost k does not move C; j moves it by 1, i by 32; k is reused 32 times
+    assert update[F["log_stride_0"]] == 0 and update[F["contiguous"]] == 0
+    assert update[F["log_stride_1"]] == 1 and update[F["log_stride_2"]] == pytest.approx(log33)
+    assert update[F["log_reuse"]] == pytest.approx(log33)
+    assert update[F["log_executions"]] == pytest.approx(math.log2(1 + 32**3))
+    assert update[F["depth"]] == 3
+    loads = g.x[g.node_kind == VOCABULARY["load"]]
+    # A[i*32+k] and B[j*32+k] are contiguous along k
+    assert (loads[:, F["contiguous"]] == 1).sum() == 2
+    loops = g.x[g.node_kind == VOCABULARY["loop_serial"]]
+    assert len(loops) == 3 and np.allclose(loops[:, F["log_extent"]], log33)
+
+
+def test_featurisation_is_deterministic(candidates, graphs, target):
+    for (_, cand), g in zip(candidates[:3], graphs):
+        again = build_graph(lower_for_features(cand.mod, target))
+        for name in ("node_kind", "x", "edge_index", "edge_type", "program"):
+            np.testing.assert_array_equal(getattr(g, name), getattr(again, name))
+
+
+def test_program_features_are_the_graph_program(candidates, graphs, target):
+    lowered = lower_for_features(candidates[0][1].mod, target)
+    np.testing.assert_array_equal(program_features(lowered), graphs[0].program)
+
+
+def test_to_pyg_shapes(graphs):
+    data = graphs[0].to_pyg()
+    n = graphs[0].num_nodes
+    assert data.num_nodes == n and data.x.shape == (n, NUM_NODE_FEATURES)
+    assert data.node_kind.shape == (n,) and int(data.edge_index.max()) < n
+    assert data.edge_index.shape[1] == data.edge_type.shape[0] == graphs[0].num_edges
+    assert data.program.shape == (1, NUM_PROGRAM_FEATURES)
+
+
+def test_memory_and_disk_cache(candidates, target, tmp_path):
+    _, cand = candidates[0]
+    featurizer = Featurizer(target, cache_dir=tmp_path)
+    first = featurizer.featurize(cand.mod, cand.trace_hash)
+    assert featurizer.featurize(cand.mod, cand.trace_hash) is first
+    path = tmp_path / FEATURIZER_VERSION / f"{cand.trace_hash}.npz"
+    assert path.exists()
+    fresh = Featurizer(target, cache_dir=tmp_path).featurize("never lowered", cand.trace_hash)
+    np.testing.assert_array_equal(fresh.x, first.x)
+    np.testing.assert_array_equal(fresh.edge_index, first.edge_index)
+    assert featurizer.featurize(cand.mod) is not first  # no key, no cache
+    assert "tir-graph" in repr(featurizer) and "llvm" in repr(featurizer)
+
+
+def test_featurize_record_replays_and_caches(candidates, target):
+    workload, cand = candidates[1]
+    featurizer = Featurizer(target)
+    ir = workload.definition()
+    graph = featurizer.featurize_record(ir, cand.trace_json, cand.trace_hash)
+    np.testing.assert_array_equal(graph.x, featurizer.featurize(cand.mod).x)
+    assert featurizer.featurize_record(ir, cand.trace_json, cand.trace_hash) is graph
+    other = candidates[2][1]
+    featurizer.featurize_record(ir, other.trace_json, other.trace_hash)
+    assert len(featurizer._workloads) == 1
+    assert record_key(ir, cand.trace_hash).endswith(cand.trace_hash)
+    assert record_key(CONV.definition(), cand.trace_hash) != record_key(ir, cand.trace_hash)
+
+
+def test_clear_errors(candidates, target):
+    import tvm
+
+    with pytest.raises(FeaturizeError, match="cannot lower for features") as info:
+        lower_for_features("not a module", target)
+    assert "\n" not in str(info.value)
+    with pytest.raises(FeaturizeError, match="no PrimFunc"):
+        build_graph(tvm.IRModule({}))
+    _, cand = candidates[0]
+    with pytest.raises(FeaturizeError, match="does not replay"):
+        Featurizer(target).featurize_record(CONV.definition(), cand.trace_json, cand.trace_hash)
+
+
+@pytest.mark.slow
+def test_cuda_schedules_keep_thread_bindings():
+    """CUDA candidates lower without a GPU; some fail to lower, so try several."""
+    target = make_target("nvidia/nvidia-a100")
+    featurizer = Featurizer(target)
+    sampler = ScheduleSampler(CONV.mod, target)
+    graphs = []
+    for cand in sampler.random(8, seed=0, seen=set()):
+        try:
+            graphs.append(featurizer.featurize(cand.mod, cand.trace_hash))
+        except FeaturizeError:
+            continue
+        if len(graphs) == 2:
+            break
+    assert graphs, "no CUDA candidate lowered"
+    for g in graphs:
+        assert {"loop_thread_binding", "alloc_shared"} <= kinds_of(g)
+        threads = g.x[g.node_kind == VOCABULARY["loop_thread_binding"]]
+        assert threads[:, F["thread_is_block"]].any()
+        assert g.program[PROGRAM_FEATURES.index("log_threads_per_block")] > 0
