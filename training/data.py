@@ -1,0 +1,243 @@
+"""The Parquet dataset as a LightningDataModule: filtering, splits, featurisation, batching.
+
+Splits hold out whole workloads, so the test side is programs the model never saw:
+- "shapes": a `test_fraction` of the workloads of every family (held-out shapes);
+- "family": every workload of the `test_families` (held-out operator families).
+A `val_fraction` of the remaining training workloads validates. Normalisation (node, program
+and target statistics) is fitted on the training split only and travels with the checkpoint.
+Training batches hold `per_workload` records of each of `workloads_per_batch` workloads, so
+every batch has pairs of the same workload for the rank loss.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import lightning as L
+import numpy as np
+import pandas as pd
+import torch
+
+from datagen.measure import OK
+from datagen.tvm_env import UserError
+
+SPLITS = ("shapes", "family")
+RECORD_COLUMNS = ["workload_key", "family", "workload_ir", "trace", "trace_hash", "status",
+                  "latency_median", "workload_weight", "target"]
+EPS = 1e-6
+
+
+def usable(frame: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """Records fit to learn from (ok, finite positive latency) and how many were dropped."""
+    lat = frame.latency_median.astype(float)
+    keep = (frame.status == OK) & np.isfinite(lat) & (lat > 0)
+    return frame[keep].reset_index(drop=True), int((~keep).sum())
+
+
+def split_workloads(frame: pd.DataFrame, split: str, test_fraction: float,
+                    test_families: list[str], val_fraction: float,
+                    seed: int) -> dict[str, list[str]]:
+    """Workload keys of the train, val and test sides.
+
+    Raises:
+        UserError: unknown split or family, or a side left empty.
+    """
+    rng = np.random.default_rng(seed)
+    families = frame.groupby("family").workload_key.unique()
+    if split == "shapes":
+        test = []
+        for fam in sorted(families.index):
+            keys = sorted(families[fam])
+            n = int(round(len(keys) * test_fraction)) if len(keys) > 1 else 0
+            test += list(rng.permutation(keys)[:n])
+    elif split == "family":
+        unknown = sorted(set(test_families) - set(families.index))
+        if unknown or not test_families:
+            raise UserError(f"test_families {unknown or test_families} not in the dataset "
+                            f"(families: {', '.join(sorted(families.index))})")
+        test = sorted(k for fam in test_families for k in families[fam])
+    else:
+        raise UserError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
+    rest = sorted(set(frame.workload_key) - set(test))
+    n_val = int(round(len(rest) * val_fraction))
+    val = list(rng.permutation(rest)[:n_val])
+    sides = {"train": sorted(set(rest) - set(val)), "val": sorted(val), "test": sorted(test)}
+    empty = [name for name, keys in sides.items() if not keys]
+    if empty:
+        raise UserError(f"split {split!r} leaves {', '.join(empty)} empty "
+                        f"({frame.workload_key.nunique()} workloads); change the fractions "
+                        "or collect more workloads")
+    return sides
+
+
+@dataclasses.dataclass
+class Normalization:
+    """Standardisation fitted on the training split; stored in checkpoints."""
+
+    x_mean: np.ndarray
+    x_std: np.ndarray
+    program_mean: np.ndarray
+    program_std: np.ndarray
+    y_mean: float
+    y_std: float
+
+    @classmethod
+    def fit(cls, graphs, latencies) -> "Normalization":
+        x = np.concatenate([g.x for g in graphs])
+        prog = np.stack([g.program for g in graphs])
+        y = np.log(np.asarray(latencies, float))
+        return cls(x.mean(0), x.std(0) + EPS, prog.mean(0), prog.std(0) + EPS,
+                   float(y.mean()), float(y.std() + EPS))
+
+    def to_dict(self) -> dict:
+        return {k: (v.tolist() if isinstance(v, np.ndarray) else v)
+                for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Normalization":
+        return cls(**{k: (np.asarray(v, np.float32) if isinstance(v, list) else v)
+                      for k, v in d.items()})
+
+    def data(self, graph, latency: float | None = None, group: int = 0):
+        """A normalised `torch_geometric.data.Data` for one graph (y: normalised log-latency)."""
+        data = graph.to_pyg()
+        data.x = (data.x - torch.from_numpy(self.x_mean)) / torch.from_numpy(self.x_std)
+        data.program = (data.program - torch.from_numpy(self.program_mean)) \
+            / torch.from_numpy(self.program_std)
+        data.x, data.program = data.x.float(), data.program.float()
+        if latency is not None:
+            data.y = torch.tensor([(math.log(latency) - self.y_mean) / self.y_std])
+        data.group = torch.tensor([group])
+        return data
+
+    def latency(self, pred: torch.Tensor) -> np.ndarray:
+        """Seconds from normalised log-latency predictions."""
+        return np.exp(pred.detach().cpu().numpy() * self.y_std + self.y_mean)
+
+
+class WorkloadBatchSampler(torch.utils.data.Sampler):
+    """Batches of `per_workload` records from each of `workloads_per_batch` workloads.
+
+    Shuffled per epoch (seeded); under DDP each process takes every world_size-th batch.
+    Without shuffling (validation, test), batches are consecutive records of one workload.
+    """
+
+    def __init__(self, groups: list[np.ndarray], workloads_per_batch: int, per_workload: int,
+                 shuffle: bool, seed: int = 0):
+        self.groups, self.shuffle, self.seed = groups, shuffle, seed
+        self.workloads_per_batch, self.per_workload = workloads_per_batch, per_workload
+        self.epoch = 0
+
+    def _batches(self) -> list[list[int]]:
+        if not self.shuffle:
+            size = self.workloads_per_batch * self.per_workload
+            return [list(g[i:i + size]) for g in self.groups for i in range(0, len(g), size)]
+        rng = np.random.default_rng((self.seed, self.epoch))
+        chunks = []
+        for g in self.groups:
+            g = rng.permutation(g)
+            chunks += [g[i:i + self.per_workload] for i in range(0, len(g), self.per_workload)]
+        order = rng.permutation(len(chunks))
+        k = self.workloads_per_batch
+        return [list(np.concatenate([chunks[j] for j in order[i:i + k]]))
+                for i in range(0, len(order), k)]
+
+    def __iter__(self):
+        batches = self._batches()
+        self.epoch += 1
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+            batches = batches[rank::world][:len(batches) // world]  # equal count per process
+        return iter(batches)
+
+    def __len__(self) -> int:
+        n = len(self._batches())
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            n //= torch.distributed.get_world_size()
+        return n
+
+
+class ScheduleDataModule(L.LightningDataModule):
+    """Measured schedules of a `datagen` dataset, featurised into typed program graphs.
+
+    Args:
+        dataset: dataset folder written by `datagen collect`.
+        split: "shapes" (held-out workloads of every family) or "family" (held-out families).
+        test_fraction: share of each family's workloads held out ("shapes").
+        test_families: families held out ("family").
+        val_fraction: share of the remaining workloads used for validation.
+        workloads_per_batch: workloads in one training batch.
+        per_workload: records of each workload in one training batch.
+        cache_dir: featurised graphs are cached here, keyed by featuriser version.
+        seed: seeds the split and the batch order.
+    """
+
+    def __init__(self, dataset: str = "data/llvm-full", split: str = "shapes",
+                 test_fraction: float = 0.2, test_families: list[str] | None = None,
+                 val_fraction: float = 0.1, workloads_per_batch: int = 8,
+                 per_workload: int = 16, cache_dir: str = ".cache/features", seed: int = 0):
+        super().__init__()
+        self.save_hyperparameters()
+        self.normalization: Normalization | None = None
+        self.frames: dict[str, pd.DataFrame] = {}
+        self.sides: dict[str, list[str]] = {}
+        self.dropped = 0
+
+    def setup(self, stage: str | None = None) -> None:
+        from tqdm import tqdm
+
+        from costmodel.featurize import FeaturizeError, Featurizer
+        from datagen.records import read_records
+
+        if self.frames:
+            return
+        hp = self.hparams
+        frame, self.dropped = usable(read_records(hp.dataset, RECORD_COLUMNS))
+        if frame.empty:
+            raise UserError(f"{hp.dataset} has no successfully measured records to train on")
+        featurizer = Featurizer(json.loads(frame.target.iloc[0]), cache_dir=hp.cache_dir)
+        graphs, failed = [], []
+        for row in tqdm(frame.itertuples(index=False), total=len(frame), desc="featurise",
+                        unit="rec", disable=len(frame) < 256):
+            try:
+                graphs.append(featurizer.featurize_record(row.workload_ir, row.trace,
+                                                          row.trace_hash))
+            except FeaturizeError:
+                graphs.append(None)
+                failed.append(row.trace_hash)
+        frame = frame.assign(graph=graphs)
+        frame = frame[frame.graph.notna()].reset_index(drop=True)
+        self.dropped += len(failed)
+        self.sides = split_workloads(frame, hp.split, hp.test_fraction, hp.test_families or [],
+                                     hp.val_fraction, hp.seed)
+        self.frames = {name: frame[frame.workload_key.isin(keys)].reset_index(drop=True)
+                       for name, keys in self.sides.items()}
+        train = self.frames["train"]
+        self.normalization = Normalization.fit(train.graph, train.latency_median)
+
+    def _dataset(self, side: str):
+        frame = self.frames[side]
+        ids = {k: i for i, k in enumerate(sorted(frame.workload_key.unique()))}
+        data = [self.normalization.data(g, lat, ids[k])
+                for g, lat, k in zip(frame.graph, frame.latency_median, frame.workload_key)]
+        groups = [np.flatnonzero(frame.workload_key.to_numpy() == k) for k in ids]
+        return data, groups
+
+    def _loader(self, side: str, shuffle: bool):
+        from torch_geometric.loader import DataLoader
+
+        data, groups = self._dataset(side)
+        sampler = WorkloadBatchSampler(groups, self.hparams.workloads_per_batch,
+                                       self.hparams.per_workload, shuffle, self.hparams.seed)
+        return DataLoader(data, batch_sampler=sampler)
+
+    def train_dataloader(self):
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self):
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self):
+        return self._loader("test", shuffle=False)
