@@ -9,9 +9,9 @@ import torch
 from costmodel import featurize
 from costmodel.losses import RANK_LOSSES, cost_model_loss
 from costmodel.model import GraphSAGECostModel
+from costmodel.predictor import CHECKPOINT_KEY
 from training.metrics import kendall_tau
 
-CHECKPOINT_KEY = "costmodel"
 
 
 class CostModelModule(L.LightningModule):

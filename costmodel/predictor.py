@@ -1,0 +1,103 @@
+"""The inference API everything else uses: load a checkpoint, predict latencies, fast.
+
+    predictor = CostModelPredictor.load("checkpoints/graphsage.ckpt")
+    seconds = predictor.predict([sch1, sch2, ...])          # Schedules or scheduled IRModules
+    seconds = predictor.predict_records(frame)              # rows of a datagen dataset
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import torch
+
+from costmodel import featurize
+from costmodel.model import GraphSAGECostModel
+from costmodel.normalization import Normalization
+from datagen.tvm_env import UserError
+
+CHECKPOINT_KEY = "costmodel"
+PREDICT_BATCH = 512
+
+
+class CostModelPredictor:
+    """A trained cost model with its featuriser and normalisation.
+
+    Args:
+        model: the network (eval mode).
+        normalization: the training split's statistics.
+        meta: the checkpoint's self-description (featuriser version, vocabulary, ...).
+        use_program_features: whether the model reads whole-program features.
+        cache_dir: optional on-disk cache of featurised graphs.
+    """
+
+    def __init__(self, model: GraphSAGECostModel, normalization: Normalization, meta: dict,
+                 use_program_features: bool, cache_dir: str | None = None):
+        self.model = model.eval()
+        self.normalization = normalization
+        self.meta = meta
+        self.use_program_features = use_program_features
+        self.featurizer = featurize.Featurizer(json.loads(meta["target"]), cache_dir=cache_dir)
+
+    def __repr__(self) -> str:
+        return (f"CostModelPredictor(featurizer={self.meta['featurizer_version']!r}, "
+                f"target={self.featurizer.target.kind.name!r}, split={self.meta['split']!r})")
+
+    @classmethod
+    def load(cls, path: str, cache_dir: str | None = None) -> "CostModelPredictor":
+        """Load a checkpoint written by `train fit`.
+
+        Raises:
+            UserError: missing file, not a cost-model checkpoint, or made by another featuriser.
+        """
+        if not os.path.isfile(path):
+            raise UserError(f"checkpoint {path} does not exist")
+        try:
+            ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as err:  # noqa: BLE001
+            raise UserError(f"{path} is not a readable checkpoint ({type(err).__name__})") \
+                from None
+        meta = ckpt.get(CHECKPOINT_KEY) if isinstance(ckpt, dict) else None
+        if meta is None:
+            raise UserError(f"{path} is not a cost-model checkpoint (no '{CHECKPOINT_KEY}' entry)")
+        if meta["featurizer_version"] != featurize.FEATURIZER_VERSION or \
+                meta["vocabulary"] != featurize.VOCABULARY:
+            raise UserError(f"{path} was trained with featuriser {meta['featurizer_version']}, "
+                            f"this version has {featurize.FEATURIZER_VERSION}: retrain it")
+        hp = ckpt["hyper_parameters"]
+        model = GraphSAGECostModel(
+            num_node_kinds=len(meta["vocabulary"]), num_node_features=len(meta["node_features"]),
+            num_edge_types=len(meta["edge_types"]),
+            num_program_features=len(meta["program_features"])
+            if hp["use_program_features"] else 0,
+            hidden=hp["hidden"], num_layers=hp["num_layers"], dropout=hp["dropout"])
+        model.load_state_dict({k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()
+                               if k.startswith("model.")})
+        return cls(model, Normalization.from_dict(meta["normalization"]), meta,
+                   hp["use_program_features"], cache_dir)
+
+    @torch.no_grad()
+    def predict_graphs(self, graphs: list) -> np.ndarray:
+        """Latency in seconds for each `ProgramGraph`."""
+        from torch_geometric.data import Batch
+
+        out = []
+        for i in range(0, len(graphs), PREDICT_BATCH):
+            batch = Batch.from_data_list([self.normalization.data(g)
+                                          for g in graphs[i:i + PREDICT_BATCH]])
+            pred = self.model(batch.node_kind, batch.x, batch.edge_index, batch.edge_type,
+                              batch.batch, batch.program if self.use_program_features else None)
+            out.append(self.normalization.latency(pred))
+        return np.concatenate(out) if out else np.zeros(0)
+
+    def predict(self, schedules: list) -> np.ndarray:
+        """Latency in seconds for scheduled IRModules or `tvm.s_tir.Schedule`s."""
+        return self.predict_graphs([self.featurizer.featurize(s) for s in schedules])
+
+    def predict_records(self, frame) -> np.ndarray:
+        """Latency in seconds for the rows of a dataset frame (workload_ir, trace, trace_hash)."""
+        graphs = [self.featurizer.featurize_record(r.workload_ir, r.trace, r.trace_hash)
+                  for r in frame.itertuples(index=False)]
+        return self.predict_graphs(graphs)
