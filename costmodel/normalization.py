@@ -9,6 +9,8 @@ import numpy as np
 import torch
 
 EPS = 1e-6
+# predictions beyond this many training standard deviations are clipped (far extrapolation)
+MAX_Z = 10.0
 
 
 @dataclasses.dataclass
@@ -53,5 +55,5 @@ class Normalization:
 
     def latency(self, pred: torch.Tensor) -> np.ndarray:
         """Seconds from normalised log-latency predictions."""
-        log_latency = pred.detach().cpu().numpy().astype(np.float64) * self.y_std + self.y_mean
-        return np.exp(log_latency)
+        normalized = np.clip(pred.detach().cpu().numpy().astype(np.float64), -MAX_Z, MAX_Z)
+        return np.exp(normalized * self.y_std + self.y_mean)

@@ -74,7 +74,8 @@ class WorkloadBatchSampler(torch.utils.data.Sampler):
     """Batches of `per_workload` records from each of `workloads_per_batch` workloads.
 
     Shuffled per epoch (seeded); under DDP each process takes every world_size-th batch.
-    Without shuffling (validation, test), batches are consecutive records of one workload.
+    Without shuffling (validation, test), batches are consecutive records of one workload and
+    every process evaluates all of them, so ranking metrics see whole workloads.
     """
 
     def __init__(self, groups: list[np.ndarray], workloads_per_batch: int, per_workload: int,
@@ -97,19 +98,21 @@ class WorkloadBatchSampler(torch.utils.data.Sampler):
         return [list(np.concatenate([chunks[j] for j in order[i:i + k]]))
                 for i in range(0, len(order), k)]
 
+    def _world(self) -> tuple[int, int]:
+        """(rank, world size) when training is sharded across processes, else (0, 1)."""
+        if self.shuffle and torch.distributed.is_available() and \
+                torch.distributed.is_initialized():
+            return torch.distributed.get_rank(), torch.distributed.get_world_size()
+        return 0, 1
+
     def __iter__(self):
         batches = self._batches()
         self.epoch += 1
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-            batches = batches[rank::world][:len(batches) // world]  # equal count per process
-        return iter(batches)
+        rank, world = self._world()
+        return iter(batches[rank::world][:len(batches) // world])  # equal count per process
 
     def __len__(self) -> int:
-        n = len(self._batches())
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            n //= torch.distributed.get_world_size()
-        return n
+        return len(self._batches()) // self._world()[1]
 
 
 class ScheduleDataModule(L.LightningDataModule):

@@ -1,0 +1,112 @@
+"""Training through the real `train` CLI, on a real (tiny) measured dataset."""
+
+import glob
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import CLI_TIMEOUT_SEC
+
+pytestmark = pytest.mark.slow
+
+CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "graphsage.yaml")
+
+
+def train(*args, cwd):
+    proc = subprocess.run([sys.executable, "-m", "training.cli", "fit", "--config", CONFIG,
+                           "--data.split", "family", "--data.test_families", "[softmax]",
+                           "--data.val_fraction", "0.5", "--model.hidden", "16", *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC)
+    return proc
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tiny_dataset, tmp_path_factory):
+    """A real checkpoint: 3 epochs on the tiny dataset."""
+    work = tmp_path_factory.mktemp("train")
+    proc = train("--data.dataset", tiny_dataset, "--trainer.max_epochs", "3", cwd=work)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (ckpt,) = glob.glob(str(work / "checkpoints" / "*.ckpt"))
+    assert glob.glob(str(work / "runs" / "graphsage" / "**" / "config.yaml"), recursive=True)
+    return ckpt
+
+
+def test_fast_dev_run_through_the_cli(tiny_dataset, tmp_path):
+    proc = train("--data.dataset", tiny_dataset, "--trainer.fast_dev_run", "true", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "max_steps=1" in proc.stderr + proc.stdout
+
+
+def test_ddp_with_two_cpu_processes(tiny_dataset, tmp_path):
+    proc = train("--data.dataset", tiny_dataset, "--trainer.max_epochs", "1",
+                 "--trainer.strategy", "ddp", "--trainer.devices", "2",
+                 "--data.per_workload", "4", "--data.workloads_per_batch", "1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "distributed_backend=gloo" in proc.stderr + proc.stdout
+    assert glob.glob(str(tmp_path / "checkpoints" / "*.ckpt"))
+
+
+def test_checkpoint_round_trip_predicts_the_same(checkpoint, tiny_dataset):
+    import torch
+
+    from costmodel.predictor import CostModelPredictor
+    from datagen.records import read_records
+
+    frame = read_records(tiny_dataset)
+    frame = frame[frame.status == "ok"]
+    first = CostModelPredictor.load(checkpoint).predict_records(frame)
+    second = CostModelPredictor.load(checkpoint).predict_records(frame)
+    assert first.shape == (len(frame),) and np.isfinite(first).all() and (first > 0).all()
+    np.testing.assert_array_equal(first, second)
+    meta = torch.load(checkpoint, weights_only=False)["costmodel"]
+    assert meta["featurizer_version"] and meta["vocabulary"] and meta["normalization"]
+    assert meta["sides"]["test"] == ["softmax/rows16_cols32"]
+
+
+def test_checkpoint_of_another_featuriser_is_refused(checkpoint, tmp_path):
+    import torch
+
+    from costmodel.predictor import CostModelPredictor
+    from datagen.tvm_env import UserError
+
+    ckpt = torch.load(checkpoint, weights_only=False)
+    ckpt["costmodel"]["featurizer_version"] = "tir-graph-0"
+    old = str(tmp_path / "old.ckpt")
+    torch.save(ckpt, old)
+    with pytest.raises(UserError, match="trained with featuriser tir-graph-0"):
+        CostModelPredictor.load(old)
+
+
+def test_evaluate_writes_report_and_plots(checkpoint, tiny_dataset, tmp_path):
+    import json
+
+    out = tmp_path / "eval"
+    proc = subprocess.run([sys.executable, "-m", "costmodel.cli", "evaluate", checkpoint,
+                           "--dataset", tiny_dataset, "--out", str(out)],
+                          capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["split"] == "family" and report["test_families"] == ["softmax"]
+    for name in ("graphsage", "xgb"):
+        metrics = report["models"][name]["mean"]
+        assert set(metrics) == {"ape", "mape", "kendall_tau", "opa", "top1_score",
+                                "top5_score", "apeak32"}
+    assert report["models"]["xgb"]["mean"]["mape"] is None
+    assert "softmax" in report["models"]["graphsage"]["per_run"][0]["per_family"]
+    assert (out / "report.md").read_text().startswith("# Cost-model evaluation")
+    assert (out / "predicted_vs_measured.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--data.dataset", "{tmp}/missing"], "does not exist"),
+    (["--data.split", "shapes"], "leaves test empty"),
+])
+def test_bad_input(tiny_dataset, tmp_path, args, message):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    proc = train("--data.dataset", tiny_dataset, "--trainer.fast_dev_run", "true", *args,
+                 cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert message in proc.stderr and "Traceback" not in proc.stderr
