@@ -43,11 +43,13 @@ def fit_xgb(frame: pd.DataFrame, target, seed: int = 0):
 
     frame = frame[frame.status == OK]
     # no warm-up: in tuning XGBModel answers at random until it has 100 samples
-    model = XGBModel(config=XGBConfig(seed=seed), num_warmup_samples=0,
-                     adaptive_training=False, verbose_eval=0)
-    for _, context, candidates, index in _contexts(frame, target):
+    model = XGBModel(config=XGBConfig(seed=seed), num_warmup_samples=0, verbose_eval=0)
+    last = frame.workload_key.nunique() - 1
+    for i, (_, context, candidates, index) in enumerate(_contexts(frame, target)):
         results = [RunnerResult([float(x) for x in lat], None)
                    for lat in frame.loc[index, "latencies"]]
+        # retrain only when the data grew by a fifth (as in tuning), and always at the end
+        model.adaptive_training = i < last
         model.update(context, candidates, results)
     return model
 
