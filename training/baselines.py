@@ -5,6 +5,9 @@ workload's records become one `update` of the XGBModel (one feature group per wo
 tuning), and predictions are its normalised throughput scores (higher is faster). XGBModel
 predicts throughput relative to the best candidate of each workload, not absolute latency,
 so it has ranking metrics but no MAPE.
+
+MetaSchedule's MLPModel is not offered: its full training calls `StepLR(..., verbose=...)`, an
+argument torch 2.13 no longer has, so it does not train with the torch this project pins.
 """
 
 from __future__ import annotations
