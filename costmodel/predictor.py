@@ -34,11 +34,12 @@ class CostModelPredictor:
     """
 
     def __init__(self, model: GraphSAGECostModel, normalization: Normalization, meta: dict,
-                 use_program_features: bool, cache_dir: str | None = None):
+                 hparams: dict, cache_dir: str | None = None):
         self.model = model.eval()
         self.normalization = normalization
         self.meta = meta
-        self.use_program_features = use_program_features
+        self.hparams = hparams
+        self.use_program_features = bool(hparams["use_program_features"])
         self.featurizer = featurize.Featurizer(json.loads(meta["target"]), cache_dir=cache_dir)
 
     def __repr__(self) -> str:
@@ -75,22 +76,62 @@ class CostModelPredictor:
             hidden=hp["hidden"], num_layers=hp["num_layers"], dropout=hp["dropout"])
         model.load_state_dict({k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()
                                if k.startswith("model.")})
-        return cls(model, Normalization.from_dict(meta["normalization"]), meta,
-                   hp["use_program_features"], cache_dir)
+        return cls(model, Normalization.from_dict(meta["normalization"]), meta, dict(hp),
+                   cache_dir)
+
+    def save(self, path: str) -> None:
+        """Write a checkpoint that `load` reads back (as `train fit` writes them)."""
+        ckpt = {CHECKPOINT_KEY: self.meta, "hyper_parameters": self.hparams,
+                "state_dict": {f"model.{k}": v for k, v in self.model.state_dict().items()}}
+        tmp = f"{path}.tmp-{os.getpid()}"
+        torch.save(ckpt, tmp)
+        os.replace(tmp, path)
+
+    def _forward(self, batch) -> torch.Tensor:
+        return self.model(batch.node_kind, batch.x, batch.edge_index, batch.edge_type,
+                          batch.batch, batch.program if self.use_program_features else None)
 
     @torch.no_grad()
     def predict_graphs(self, graphs: list) -> np.ndarray:
         """Latency in seconds for each `ProgramGraph`."""
         from torch_geometric.data import Batch
 
+        self.model.eval()
         out = []
         for i in range(0, len(graphs), PREDICT_BATCH):
             batch = Batch.from_data_list([self.normalization.data(g)
                                           for g in graphs[i:i + PREDICT_BATCH]])
-            pred = self.model(batch.node_kind, batch.x, batch.edge_index, batch.edge_type,
-                              batch.batch, batch.program if self.use_program_features else None)
-            out.append(self.normalization.latency(pred))
+            out.append(self.normalization.latency(self._forward(batch)))
         return np.concatenate(out) if out else np.zeros(0)
+
+    def adapt(self, graphs: list, latencies, groups, steps: int, lr: float) -> float:
+        """Fine-tune on measured programs (full-batch Adam, MSE + rank loss); the last loss.
+
+        Args:
+            graphs: `ProgramGraph`s of measured programs.
+            latencies: their measured latencies, seconds.
+            groups: an integer per program: programs of one workload share it.
+            steps: optimiser steps.
+            lr: learning rate.
+        """
+        from torch_geometric.data import Batch
+
+        from costmodel.losses import cost_model_loss
+
+        batch = Batch.from_data_list([self.normalization.data(g, lat, grp)
+                                      for g, lat, grp in zip(graphs, latencies, groups)])
+        optimizer = torch.optim.Adam(self.model.parameters(), lr=lr)
+        self.model.train()
+        loss = torch.zeros(())
+        for _ in range(steps):
+            optimizer.zero_grad()
+            loss, _ = cost_model_loss(self._forward(batch), batch.y, batch.group,
+                                      self.hparams["mse_weight"], self.hparams["rank_weight"],
+                                      self.hparams["rank_loss"])
+            loss.backward()
+            optimizer.step()
+        self.model.eval()
+        return float(loss)
 
     def predict(self, schedules: list) -> np.ndarray:
         """Latency in seconds for scheduled IRModules or `tvm.s_tir.Schedule`s."""

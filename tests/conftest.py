@@ -101,3 +101,27 @@ def tiny_dataset(tmp_path_factory) -> str:
     run_cli("collect", "tiny", "--out", out, "--per-workload", "12", "--batch-size", "6",
             "--repeat", "3", "--min-repeat-ms", "5", "--no-progress", check=True)
     return out
+
+
+CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "graphsage.yaml")
+
+
+def train_tiny(*args: str, cwd, config: str = CONFIG) -> subprocess.CompletedProcess:
+    """`train fit` on the tiny dataset's layout: softmax held out, a small network."""
+    return subprocess.run([sys.executable, "-m", "training.cli", "fit", "--config", config,
+                           "--data.split", "family", "--data.test_families", "[softmax]",
+                           "--data.val_fraction", "0.5", "--model.hidden", "16", *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tiny_dataset, tmp_path_factory) -> str:
+    """A real checkpoint: 3 epochs of `train fit` on the tiny dataset."""
+    import glob
+
+    work = tmp_path_factory.mktemp("train")
+    proc = train_tiny("--data.dataset", tiny_dataset, "--trainer.max_epochs", "3", cwd=work)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (ckpt,) = glob.glob(str(work / "checkpoints" / "*.ckpt"))
+    assert glob.glob(str(work / "runs" / "graphsage" / "**" / "config.yaml"), recursive=True)
+    return ckpt

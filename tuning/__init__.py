@@ -1,4 +1,4 @@
-"""tuning: a Bayesian-optimisation tuner with the learned model as prior, and MetaSchedule adapters.
+"""tuning: the learned model inside MetaSchedule's tuning loop (`LearnedCostModel`).
 
-Not built yet: see the project's tuning issue.
+The Bayesian-optimisation tuner is not built yet: see the project's tuning issue.
 """

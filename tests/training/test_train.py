@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import CLI_TIMEOUT_SEC
+from conftest import CLI_TIMEOUT_SEC, train_tiny
 
 pytestmark = pytest.mark.slow
 
@@ -16,22 +16,12 @@ CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "graphsa
 
 
 def train(*args, cwd):
-    proc = subprocess.run([sys.executable, "-m", "training.cli", "fit", "--config", CONFIG,
-                           "--data.split", "family", "--data.test_families", "[softmax]",
-                           "--data.val_fraction", "0.5", "--model.hidden", "16", *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC)
-    return proc
+    return train_tiny(*args, config=CONFIG, cwd=cwd)
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tiny_dataset, tmp_path_factory):
-    """A real checkpoint: 3 epochs on the tiny dataset."""
-    work = tmp_path_factory.mktemp("train")
-    proc = train("--data.dataset", tiny_dataset, "--trainer.max_epochs", "3", cwd=work)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (ckpt,) = glob.glob(str(work / "checkpoints" / "*.ckpt"))
-    assert glob.glob(str(work / "runs" / "graphsage" / "**" / "config.yaml"), recursive=True)
-    return ckpt
+def checkpoint(tiny_checkpoint):
+    return tiny_checkpoint
 
 
 def test_fast_dev_run_through_the_cli(tiny_dataset, tmp_path):

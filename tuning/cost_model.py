@@ -1,0 +1,60 @@
+"""Our predictor as a MetaSchedule cost model: `tune_tir(..., cost_model=LearnedCostModel(...))`.
+
+A thin adapter over `costmodel.predictor.CostModelPredictor`: `predict` featurises the
+candidates and returns throughput scores (higher is better, positive, comparable across
+calls); `update` keeps the measured programs of the run and fine-tunes the network on them, so
+the model adapts to the workload being tuned.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+
+from costmodel.predictor import CostModelPredictor
+
+ADAPT_STEPS = 20
+ADAPT_LR = 1e-4
+REFERENCE_SECS = 1e-6  # scores are throughput relative to a 1 us program
+FAILED_SECS = 1e9  # MetaSchedule reports failed measurements as 1e10 s
+
+
+@derived_object
+class LearnedCostModel(PyCostModel):
+    """The GraphSAGE cost model inside MetaSchedule's search.
+
+    Args:
+        checkpoint: a checkpoint written by `train fit`.
+        adapt_steps: fine-tuning steps per `update` (0: never adapt).
+        adapt_lr: fine-tuning learning rate.
+    """
+
+    def __init__(self, checkpoint: str, adapt_steps: int = ADAPT_STEPS,
+                 adapt_lr: float = ADAPT_LR):
+        super().__init__()
+        self.predictor = CostModelPredictor.load(checkpoint)
+        self.adapt_steps, self.adapt_lr = adapt_steps, adapt_lr
+        self.measured: list[tuple] = []  # (graph, seconds, workload id)
+        self.workloads: dict[str, int] = {}
+
+    def load(self, path: str) -> None:
+        self.predictor = CostModelPredictor.load(path)
+
+    def save(self, path: str) -> None:
+        self.predictor.save(path)
+
+    def update(self, context, candidates, results) -> None:
+        group = self.workloads.setdefault(context.task_name, len(self.workloads))
+        for cand, res in zip(candidates, results):
+            secs = [float(s) for s in (res.run_secs or [])]
+            if res.error_msg is None and secs and max(secs) < FAILED_SECS:
+                graph = self.predictor.featurizer.featurize(cand.sch)
+                self.measured.append((graph, float(np.median(secs)), group))
+        if self.adapt_steps and self.measured:
+            self.predictor.adapt(*zip(*self.measured), steps=self.adapt_steps,
+                                 lr=self.adapt_lr)
+
+    def predict(self, context, candidates) -> np.ndarray:
+        seconds = self.predictor.predict([cand.sch for cand in candidates])
+        return (REFERENCE_SECS / seconds).astype("float64")
