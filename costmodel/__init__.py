@@ -1,5 +1,7 @@
 """costmodel: TIR graphs of scheduled programs, the GraphSAGE latency model and its inference API.
 
-Not built yet: see the project's cost-model issue. The dataset it learns from is produced by
-`datagen`.
+- `featurize`: lowering to loop-level TIR and the typed program graph.
+- `model`, `losses`: the network and its training losses.
+- `predictor`: load a checkpoint and predict latencies (what everything else calls).
+- `evaluate`, `cli`: `costmodel evaluate`, reports against MetaSchedule's XGBoost model.
 """

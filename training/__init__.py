@@ -1,4 +1,6 @@
-"""training: Lightning training (`train fit --config ...`) and evaluation of cost models.
+"""training: Lightning training (`train fit --config ...`), metrics and the baselines.
 
-Not built yet: see the project's cost-model issue.
+- `data`: the dataset as a LightningDataModule (splits, normalisation, workload batches).
+- `module`: the LightningModule around `costmodel.model.GraphSAGECostModel`.
+- `metrics`: the field's cost-model metrics; `baselines`: MetaSchedule's XGBModel on our data.
 """
