@@ -131,7 +131,7 @@ class CostModelPredictor:
             loss.backward()
             optimizer.step()
         self.model.eval()
-        return float(loss)
+        return float(loss.detach())
 
     def predict(self, schedules: list) -> np.ndarray:
         """Latency in seconds for scheduled IRModules or `tvm.s_tir.Schedule`s."""
