@@ -114,13 +114,13 @@ class ScheduleSampler:
         return (f"ScheduleSampler(target={self.target.kind.name}, spaces={len(self.spaces)}, "
                 f"mutators={len(self.mutators)})")
 
-    def _finish(self, trace, seed: int, remove_postproc: bool = True):
+    def _finish(self, trace, seed: int):
         """Replay `trace` on a fresh schedule and run the postprocessors; None if rejected."""
         from tvm.s_tir import Schedule
 
         sch = Schedule(self.mod, seed=seed, debug_mask=0)
         try:
-            trace.apply_to_schedule(sch, remove_postproc=remove_postproc)
+            trace.apply_to_schedule(sch, remove_postproc=True)
             sch.enter_postproc()  # marks where postprocessing starts, as MetaSchedule does
             if not all(p.apply(sch) for p in self.postprocs):
                 return None

@@ -1,7 +1,6 @@
 """Training through the real `train` CLI, on a real (tiny) measured dataset."""
 
 import glob
-import os
 import subprocess
 import sys
 
@@ -12,11 +11,7 @@ from conftest import CLI_TIMEOUT_SEC, train_tiny
 
 pytestmark = pytest.mark.slow
 
-CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "graphsage.yaml")
-
-
-def train(*args, cwd):
-    return train_tiny(*args, config=CONFIG, cwd=cwd)
+train = train_tiny
 
 
 @pytest.fixture(scope="module")
