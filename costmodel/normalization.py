@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 EPS = 1e-6
+FLOPS_FEATURE = 0  # PROGRAM_FEATURES[0] is log2(1 + FLOPs)
 # predictions beyond this many training standard deviations are clipped (far extrapolation)
 MAX_Z = 10.0
 
@@ -23,14 +24,22 @@ class Normalization:
     program_std: np.ndarray
     y_mean: float
     y_std: float
+    per_flop: bool = False
 
     @classmethod
-    def fit(cls, graphs, latencies) -> "Normalization":
+    def fit(cls, graphs, latencies, per_flop: bool = False) -> "Normalization":
+        """Statistics of `graphs`; targets are log-latency, per FLOP if `per_flop`."""
         x = np.concatenate([g.x for g in graphs])
         prog = np.stack([g.program for g in graphs])
         y = np.log(np.asarray(latencies, float))
+        if per_flop:
+            y = y - prog[:, FLOPS_FEATURE] * math.log(2)
         return cls(x.mean(0), x.std(0) + EPS, prog.mean(0), prog.std(0) + EPS,
-                   float(y.mean()), float(y.std() + EPS))
+                   float(y.mean()), float(y.std() + EPS), per_flop)
+
+    def offset(self, graph) -> float:
+        """What the target leaves out of a graph's log-latency: its log FLOPs if per FLOP."""
+        return float(graph.program[FLOPS_FEATURE]) * math.log(2) if self.per_flop else 0.0
 
     def to_dict(self) -> dict:
         return {k: (v.tolist() if isinstance(v, np.ndarray) else v)
@@ -48,12 +57,18 @@ class Normalization:
         data.program = (data.program - torch.from_numpy(self.program_mean)) \
             / torch.from_numpy(self.program_std)
         data.x, data.program = data.x.float(), data.program.float()
+        data.offset = torch.tensor([self.offset(graph)])
         if latency is not None:
-            data.y = torch.tensor([(math.log(latency) - self.y_mean) / self.y_std])
+            data.y = torch.tensor([(math.log(latency) - data.offset.item() - self.y_mean)
+                                   / self.y_std])
         data.group = torch.tensor([group])
         return data
 
-    def latency(self, pred: torch.Tensor) -> np.ndarray:
-        """Seconds from normalised log-latency predictions."""
+    def log_latency(self, pred: torch.Tensor, offset: torch.Tensor) -> np.ndarray:
+        """Natural-log seconds from normalised predictions and the graphs' `offset`s."""
         normalized = np.clip(pred.detach().cpu().numpy().astype(np.float64), -MAX_Z, MAX_Z)
-        return np.exp(normalized * self.y_std + self.y_mean)
+        return normalized * self.y_std + self.y_mean + offset.cpu().numpy().astype(np.float64)
+
+    def latency(self, pred: torch.Tensor, offset: torch.Tensor) -> np.ndarray:
+        """Seconds from normalised predictions and the graphs' `offset`s."""
+        return np.exp(self.log_latency(pred, offset))

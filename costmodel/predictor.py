@@ -91,18 +91,29 @@ class CostModelPredictor:
         return self.model(batch.node_kind, batch.x, batch.edge_index, batch.edge_type,
                           batch.batch, batch.program if self.use_program_features else None)
 
-    @torch.no_grad()
     def predict_graphs(self, graphs: list) -> np.ndarray:
         """Latency in seconds for each `ProgramGraph`."""
+        return self.predict_and_embed(graphs)[0]
+
+    @torch.no_grad()
+    def predict_and_embed(self, graphs: list) -> tuple[np.ndarray, np.ndarray]:
+        """Latency in seconds and the network's graph embedding (the head's input) per graph."""
         from torch_geometric.data import Batch
 
         self.model.eval()
-        out = []
+        seconds, embeddings = [], []
         for i in range(0, len(graphs), PREDICT_BATCH):
             batch = Batch.from_data_list([self.normalization.data(g)
                                           for g in graphs[i:i + PREDICT_BATCH]])
-            out.append(self.normalization.latency(self._forward(batch)))
-        return np.concatenate(out) if out else np.zeros(0)
+            emb = self.model.embed(batch.node_kind, batch.x, batch.edge_index, batch.edge_type,
+                                   batch.batch,
+                                   batch.program if self.use_program_features else None)
+            seconds.append(self.normalization.latency(self.model.head(emb).squeeze(-1),
+                                                      batch.offset))
+            embeddings.append(emb.numpy())
+        if not seconds:
+            return np.zeros(0), np.zeros((0, self.model.head[0].in_features))
+        return np.concatenate(seconds), np.concatenate(embeddings)
 
     def adapt(self, graphs: list, latencies, groups, steps: int, lr: float) -> float:
         """Fine-tune on measured programs (full-batch Adam, MSE + rank loss); the last loss.

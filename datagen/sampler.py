@@ -32,6 +32,7 @@ class Candidate:
         origin: "random" or "evolved".
         parent_hash: for evolved candidates, the trace hash of the parent.
         mutator: for evolved candidates, the mutator applied.
+        sch: the `Schedule` itself (its trace is what a MetaSchedule database stores).
     """
 
     mod: object
@@ -40,6 +41,7 @@ class Candidate:
     origin: str
     parent_hash: str = ""
     mutator: str = ""
+    sch: object = None
 
 
 def _canonical(obj):
@@ -88,15 +90,17 @@ class ScheduleSampler:
     Args:
         mod: the workload's IRModule.
         target: a `tvm.target.Target`.
+        context: a MetaSchedule `TuneContext` of `mod` whose space generator to use (default:
+            a fresh one with the post-order-apply generator).
     """
 
-    def __init__(self, mod, target):
+    def __init__(self, mod, target, context=None):
         from tvm.s_tir import meta_schedule as ms
 
         load_tensor_intrinsics(target.kind.name)
         self.mod = mod
         self.target = target
-        self.context = ms.TuneContext(
+        self.context = context or ms.TuneContext(
             mod=mod,
             target=target,
             space_generator="post-order-apply",
@@ -134,7 +138,7 @@ class ScheduleSampler:
         if digest in seen:
             return None
         seen.add(digest)
-        return Candidate(mod=sch.mod, trace_json=text, trace_hash=digest, **fields)
+        return Candidate(mod=sch.mod, trace_json=text, trace_hash=digest, sch=sch, **fields)
 
     def random(self, n: int, seed: int, seen: set[str]) -> list[Candidate]:
         """Up to `n` new random schedules; `seen` (trace hashes) is updated."""

@@ -48,11 +48,11 @@ def workloads_from_exported(exported_program, target, network: str = "torch") ->
     return out
 
 
-def workloads_from_file(path: str, target) -> list[Workload]:
-    """Load a `.pt2` file written by `torch.export.save` and extract its tasks.
+def load_exported(path: str):
+    """Load a `.pt2` file written by `torch.export.save`.
 
     Raises:
-        UserError: the file is missing or not an exported program, or has no tunable task.
+        UserError: the file is missing or not an exported program.
     """
     import torch
 
@@ -65,12 +65,21 @@ def workloads_from_file(path: str, target) -> list[Workload]:
     level = logger.level
     logger.setLevel(logging.ERROR)  # torch logs its own traceback before raising
     try:
-        program = torch.export.load(path)
+        return torch.export.load(path)
     except Exception as err:  # noqa: BLE001
         raise UserError(f"{path} is not a torch.export program ({type(err).__name__}); "
                         f"{hint}") from None
     finally:
         logger.setLevel(level)
+
+
+def workloads_from_file(path: str, target) -> list[Workload]:
+    """Load a `.pt2` file written by `torch.export.save` and extract its tasks.
+
+    Raises:
+        UserError: the file is missing or not an exported program, or has no tunable task.
+    """
+    program = load_exported(path)
     network = os.path.splitext(os.path.basename(path))[0]
     workloads = workloads_from_exported(program, target, network)
     if not workloads:

@@ -14,19 +14,22 @@ import pytest
 CLI_TIMEOUT_SEC = 600
 
 
-def run_cli(*args: str, cwd=None, check: bool = False) -> subprocess.CompletedProcess:
-    """Run `datagen ARGS...` as a user would, returning the finished process."""
-    proc = subprocess.run([sys.executable, "-m", "datagen.cli", *args], cwd=cwd,
+def run_cli(*args: str, cwd=None, check: bool = False,
+            prog: str = "datagen") -> subprocess.CompletedProcess:
+    """Run `PROG ARGS...` (datagen, tune, ...) as a user would, returning the finished process."""
+    module = {"datagen": "datagen.cli", "tune": "tuning.cli", "costmodel": "costmodel.cli"}[prog]
+    proc = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd,
                           capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC)
     if check and proc.returncode != 0:
-        raise AssertionError(f"datagen {' '.join(args)} failed:\n{proc.stderr}")
+        raise AssertionError(f"{prog} {' '.join(args)} failed:\n{proc.stderr}")
     return proc
 
 
-def assert_clean_error(proc: subprocess.CompletedProcess, match: str) -> None:
+def assert_clean_error(proc: subprocess.CompletedProcess, match: str,
+                       prog: str = "datagen") -> None:
     """Exit status 2 and one line on stderr that names the problem, no traceback."""
     assert proc.returncode == 2, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.startswith("datagen: error:")]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith(f"{prog}: error:")]
     assert len(lines) == 1, proc.stderr
     assert match in lines[0], lines[0]
     assert "Traceback" not in proc.stderr

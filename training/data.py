@@ -128,12 +128,15 @@ class ScheduleDataModule(L.LightningDataModule):
         per_workload: records of each workload in one training batch.
         cache_dir: featurised graphs are cached here, keyed by featuriser version.
         seed: seeds the split and the batch order.
+        per_flop: learn log-latency per FLOP of the lowered program (the model's output plus
+            the program's log FLOPs is its log-latency), so shapes it never saw scale right.
     """
 
     def __init__(self, dataset: str = "data/llvm-full", split: str = "shapes",
                  test_fraction: float = 0.2, test_families: list[str] | None = None,
                  val_fraction: float = 0.1, workloads_per_batch: int = 8,
-                 per_workload: int = 16, cache_dir: str = ".cache/features", seed: int = 0):
+                 per_workload: int = 16, cache_dir: str = ".cache/features", seed: int = 0,
+                 per_flop: bool = False):
         super().__init__()
         self.save_hyperparameters()
         self.normalization: Normalization | None = None
@@ -171,7 +174,8 @@ class ScheduleDataModule(L.LightningDataModule):
         self.frames = {name: frame[frame.workload_key.isin(keys)].reset_index(drop=True)
                        for name, keys in self.sides.items()}
         train = self.frames["train"]
-        self.normalization = Normalization.fit(train.graph, train.latency_median)
+        self.normalization = Normalization.fit(train.graph, train.latency_median,
+                                               per_flop=hp.per_flop)
 
     def _dataset(self, side: str):
         frame = self.frames[side]

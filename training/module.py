@@ -64,8 +64,11 @@ class CostModelModule(L.LightningModule):
         loss, _ = cost_model_loss(pred, batch.y, batch.group, self.hparams.mse_weight,
                                   self.hparams.rank_weight, self.hparams.rank_loss)
         self.log(f"{prefix}/loss", loss, batch_size=batch.num_graphs, sync_dist=True)
-        self._eval_outputs.append((batch.group.cpu().numpy(), batch.y.cpu().numpy(),
-                                   pred.detach().cpu().numpy()))
+        # rank by log-latency: add back what a per-FLOP target leaves out
+        norm = self.trainer.datamodule.normalization
+        offset = batch.offset.cpu().numpy() / norm.y_std
+        self._eval_outputs.append((batch.group.cpu().numpy(), batch.y.cpu().numpy() + offset,
+                                   pred.detach().cpu().numpy() + offset))
 
     def _eval_epoch_end(self, prefix: str) -> None:
         if self._eval_outputs:

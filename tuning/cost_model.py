@@ -8,6 +8,8 @@ the model adapts to the workload being tuned.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
@@ -25,15 +27,17 @@ class LearnedCostModel(PyCostModel):
     """The GraphSAGE cost model inside MetaSchedule's search.
 
     Args:
-        checkpoint: a checkpoint written by `train fit`.
+        checkpoint: a checkpoint written by `train fit`, or a loaded `CostModelPredictor`
+            (copied, so adapting never changes the caller's).
         adapt_steps: fine-tuning steps per `update` (0: never adapt).
         adapt_lr: fine-tuning learning rate.
     """
 
-    def __init__(self, checkpoint: str, adapt_steps: int = ADAPT_STEPS,
+    def __init__(self, checkpoint, adapt_steps: int = ADAPT_STEPS,
                  adapt_lr: float = ADAPT_LR):
         super().__init__()
-        self.predictor = CostModelPredictor.load(checkpoint)
+        self.predictor = CostModelPredictor.load(checkpoint) if isinstance(checkpoint, str) \
+            else copy.deepcopy(checkpoint)
         self.adapt_steps, self.adapt_lr = adapt_steps, adapt_lr
         self.measured: list[tuple] = []  # (graph, seconds, workload id)
         self.workloads: dict[str, int] = {}

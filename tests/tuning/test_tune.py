@@ -1,0 +1,242 @@
+"""The BO search strategy and the `tune` CLI, with real builds and measurements."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import assert_clean_error, run_cli
+from tuning.tuner import best_so_far, read_curve
+
+pytestmark = pytest.mark.slow
+
+WORKLOAD = "dense/m32_n32_k32"
+
+
+def tune_with_batches(tmp_path, strategy, trials: int, per_iter: int, name: str = "run"):
+    """`tune_tir` with `strategy`; the work dir and the size of every measured batch."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+    from datagen.measure import Measurer
+    from datagen.tvm_env import load_tensor_intrinsics, make_target
+    from datagen.workloads import resolve
+
+    @derived_object
+    class BatchSizes(PyMeasureCallback):
+        def __init__(self):
+            super().__init__()
+            self.sizes = []
+
+        def apply(self, task_scheduler, task_id, candidates, builder_results, runner_results):
+            self.sizes.append(len(runner_results))
+
+    target = make_target(None)
+    load_tensor_intrinsics("llvm")
+    measurer = Measurer(target, protocol={"repeat": 3, "min_repeat_ms": 5})
+    sizes = BatchSizes()
+    work = str(tmp_path / name)
+    try:
+        db = ms.tune_tir(resolve([WORKLOAD])[0].mod, target, work, max_trials_global=trials,
+                         num_trials_per_iter=per_iter, builder=measurer.builder,
+                         runner=measurer.runner, cost_model="random", strategy=strategy,
+                         measure_callbacks=[*ms.MeasureCallback.create("default"), sizes])
+    finally:
+        measurer.close()
+    return work, db, sizes.sizes
+
+
+def traces(work: str) -> list[str]:
+    with open(os.path.join(work, "database_tuning_record.json")) as f:
+        return [json.dumps(json.loads(line)[1][0]) for line in f]
+
+
+def test_bo_loop_with_learned_prior(tiny_checkpoint, tmp_path):
+    from costmodel.predictor import CostModelPredictor
+    from tuning.search import BayesOptSearch
+
+    predictor = CostModelPredictor.load(tiny_checkpoint)
+    search = BayesOptSearch(predictor, pool_size=32, seed=3)
+    work, db, sizes = tune_with_batches(tmp_path, search, trials=12, per_iter=4)
+    assert sizes == [4, 4, 4]  # only the top-k of each round is measured
+    (curve,) = read_curve(work).values()
+    assert len(curve) == 12 and np.isfinite(curve).sum() >= 10
+    best = best_so_far(curve)
+    assert np.all(np.diff(best) <= 0)  # the best never gets worse as trials grow
+    record = db.get_top_k(db.commit_workload(db.get_all_tuning_records()[0].workload.mod), 1)[0]
+    assert np.isclose(np.mean([float(s) for s in record.run_secs]), best[-1])
+
+    # the same seed picks the same first round (the prior's top-k); another seed does not
+    again, _, _ = tune_with_batches(tmp_path, BayesOptSearch(predictor, pool_size=32, seed=3),
+                                    trials=4, per_iter=4, name="again")
+    other, _, _ = tune_with_batches(tmp_path, BayesOptSearch(predictor, pool_size=32, seed=4),
+                                    trials=4, per_iter=4, name="other")
+    assert traces(again) == traces(work)[:4]
+    assert traces(other) != traces(work)[:4]
+
+
+def test_ytopt_style_forest_needs_no_model(tmp_path):
+    from tuning.search import BayesOptSearch
+
+    search = BayesOptSearch(None, "forest", "lcb", pool_size=32, evolve_fraction=0.0, seed=0)
+    work, _, sizes = tune_with_batches(tmp_path, search, trials=8, per_iter=4)
+    assert sizes == [4, 4]
+    assert len(next(iter(read_curve(work).values()))) == 8
+
+
+def test_acquisition_functions():
+    from tuning.search import acquisition_scores
+
+    mu, sigma = np.array([0.0, 0.0, -1.0]), np.array([0.1, 1.0, 0.1])
+    ei = acquisition_scores("ei", mu, sigma, best=0.0, kappa=1.96)
+    assert ei[1] > ei[0]  # equal mean: more uncertainty, more expected improvement
+    assert ei[2] > ei[1]  # a much better mean wins
+    lcb = acquisition_scores("lcb", mu, sigma, best=0.0, kappa=1.96)
+    np.testing.assert_allclose(lcb, -(mu - 1.96 * sigma))
+
+
+def test_tune_run_database_applies_with_compile_tir(tiny_checkpoint, tmp_path):
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from datagen.tvm_env import make_target
+    from datagen.workloads import resolve
+
+    out = tmp_path / "out"
+    proc = run_cli("run", WORKLOAD, "--trials", "8", "--trials-per-iter", "4", "--out",
+                   str(out), "--checkpoint", tiny_checkpoint, "--no-progress", prog="tune",
+                   check=True)
+    work = out / WORKLOAD.replace("/", "__")
+    assert "8 trials, best" in proc.stdout
+    assert (work / "best_schedule.py").exists() and (work / "curve.png").exists()
+
+    mod, target = resolve([WORKLOAD])[0].mod, make_target(None)
+    db = ms.database.JSONDatabase(work_dir=str(work))
+    sch = ms.tir_integration.compile_tir(db, mod, target)
+    assert sch is not None
+    lib = tvm.compile(sch.mod, target=target)
+    a, b = np.random.rand(32, 32).astype("float32"), np.random.rand(32, 32).astype("float32")
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(x, dev) for x in (a, b)] + \
+        [tvm.runtime.tensor(np.zeros((32, 32), "float32"), dev)]
+    lib["main"](*args)
+    np.testing.assert_allclose(args[2].numpy(), a @ b.T, rtol=1e-4)
+
+
+def test_tune_compare_prints_both_tuners(tiny_checkpoint, tmp_path):
+    out = tmp_path / "cmp"
+    proc = run_cli("compare", WORKLOAD, "--tuners", "bo", "ms-default", "--trials", "8",
+                   "--trials-per-iter", "4", "--budgets", "4", "8", "--out", str(out),
+                   "--checkpoint", tiny_checkpoint, "--no-progress", prog="tune", check=True)
+    assert "geometric mean over workloads" in proc.stdout
+    assert "bo" in proc.stdout and "ms-default" in proc.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["workloads"][WORKLOAD]) == {"bo", "ms-default"}
+    assert (out / "curves.png").exists()
+    # a finished comparison is read back, not tuned again
+    start = time.time()
+    run_cli("compare", WORKLOAD, "--tuners", "bo", "ms-default", "--trials", "8",
+            "--trials-per-iter", "4", "--budgets", "4", "8", "--out", str(out),
+            "--checkpoint", tiny_checkpoint, "--no-progress", prog="tune", check=True)
+    assert json.loads((out / "summary.json").read_text()) == summary
+    assert time.time() - start < 60
+
+
+class TinyMLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def test_tune_a_pytorch_model(tiny_checkpoint, tmp_path):
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    from datagen.torch_import import load_exported, relax_module
+    from datagen.tvm_env import make_target
+
+    path = str(tmp_path / "mlp.pt2")
+    model = TinyMLP().eval()
+    x = torch.randn(4, 16)
+    torch.export.save(torch.export.export(model, (x,)), path)
+    out = tmp_path / "net"
+    proc = run_cli("run", "--torch-model", path, "--trials", "8", "--trials-per-iter", "4",
+                   "--out", str(out), "--checkpoint", tiny_checkpoint, "--no-progress",
+                   prog="tune", check=True)
+    assert "tasks; database in" in proc.stdout
+    curves = read_curve(str(out))
+    assert len(curves) >= 2 and sum(len(c) for c in curves.values()) == 8
+
+    target = make_target(None)
+    mod = relax_module(load_exported(path), target)
+    exe = ms.relax_integration.compile_relax(ms.database.JSONDatabase(work_dir=str(out)), mod,
+                                             target, None)
+    vm = relax.VirtualMachine(exe, tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy(), tvm.cpu()))
+    got = got[0] if isinstance(got, (list, tuple)) or hasattr(got, "__getitem__") and \
+        not hasattr(got, "numpy") else got
+    np.testing.assert_allclose(got.numpy(), model(x).detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_interrupted_run_keeps_its_measurements(tiny_checkpoint, tmp_path):
+    out = tmp_path / "int"
+    records = out / WORKLOAD.replace("/", "__") / "database_tuning_record.json"
+    proc = subprocess.Popen([sys.executable, "-m", "tuning.cli", "run", WORKLOAD, "--trials",
+                             "400", "--trials-per-iter", "4", "--out", str(out),
+                             "--checkpoint", tiny_checkpoint, "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and (not records.exists() or
+                                      len(records.read_text().splitlines()) < 4):
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "measurements made so far are in" in err
+    lines = records.read_text().splitlines()
+    assert len(lines) >= 4
+    assert all(json.loads(line) for line in lines)  # every committed record is whole
+
+
+@pytest.mark.parametrize("args, match", [
+    (["run", "no/such_workload"], "unknown workload"),
+    (["run", WORKLOAD, "--trials", "0"], "--trials must be at least 1"),
+    (["run", WORKLOAD, "--tracker", "127.0.0.1:1", "--key", "gpu"], "is unreachable"),
+    (["run", "--torch-model", "missing.pt2"], "does not exist"),
+    (["run", WORKLOAD, "--checkpoint", "missing.ckpt"], "does not exist"),
+])
+def test_bad_input(args, match, tmp_path, tiny_checkpoint):
+    extra = [] if "--checkpoint" in args else ["--checkpoint", tiny_checkpoint]
+    proc = run_cli(*args, *extra, "--out", str(tmp_path / "o"), cwd=tmp_path, prog="tune")
+    assert_clean_error(proc, match, prog="tune")
+
+
+def test_checkpoint_for_another_target_kind(tiny_checkpoint, tmp_path):
+    from costmodel.predictor import CostModelPredictor
+
+    predictor = CostModelPredictor.load(tiny_checkpoint)
+    predictor.meta = {**predictor.meta, "target": json.dumps({"kind": "cuda", "arch": "sm_80"})}
+    path = str(tmp_path / "cuda.ckpt")
+    predictor.save(path)
+    proc = run_cli("run", WORKLOAD, "--checkpoint", path, "--out", str(tmp_path / "o"),
+                   prog="tune")
+    assert_clean_error(proc, "was trained for cuda targets, not llvm", prog="tune")
+
+
+def test_not_an_exported_model(tiny_checkpoint, tmp_path):
+    bogus = tmp_path / "model.pt2"
+    bogus.write_bytes(b"nope")
+    proc = run_cli("run", "--torch-model", str(bogus), "--checkpoint", tiny_checkpoint,
+                   "--out", str(tmp_path / "o"), prog="tune")
+    assert_clean_error(proc, "is not a torch.export program", prog="tune")

@@ -1,0 +1,189 @@
+"""`tune`: tune kernels with the learned cost model, and compare tuners side by side.
+
+    tune run WORKLOAD|SUITE ... --trials N --out DIR          one MetaSchedule database each
+    tune run --torch-model model.pt2 --trials N --out DIR      every task of a PyTorch model
+    tune compare WORKLOAD ... --trials N --out DIR             our BO against MetaSchedule's default
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from datagen.tvm_env import UserError
+
+DEFAULT_COMPARE_WORKLOAD = "conv2d/h28_w28_ci128_co128_k3_stride1_pad1"
+
+
+def _setup(args):
+    """Target, measurer and predictor (when the tuners need one) from the common options."""
+    from datagen.measure import Measurer, Tracker
+    from datagen.tvm_env import make_target
+    from tuning.tuner import NEEDS_CHECKPOINT, load_predictor
+
+    if args.trials < 1:
+        raise UserError(f"--trials must be at least 1, not {args.trials}")
+    target = make_target(args.target, args.threads)
+    tracker = Tracker.parse(args.tracker, args.key) if args.tracker else None
+    tuners = getattr(args, "tuners", None) or [args.tuner]
+    predictor = None
+    if any(t in NEEDS_CHECKPOINT for t in tuners):
+        predictor = load_predictor(args.checkpoint)
+        kind = predictor.featurizer.target.kind.name
+        if kind != target.kind.name:
+            raise UserError(f"checkpoint {args.checkpoint or 'shipped default'} was trained for "
+                            f"{kind} targets, not {target.kind.name}; pass --checkpoint of a "
+                            f"model trained on {target.kind.name} measurements")
+    measurer = Measurer(target, tracker=tracker, num_threads=args.threads)
+    return target, measurer, predictor
+
+
+def _write_best(database, mod, target, work_dir: str) -> float | None:
+    """Write the best schedule's TIR to best_schedule.py; its latency, None if none ran."""
+    record = database.query_tuning_record(mod, target, workload_name="main")
+    if record is None:
+        return None
+    sch = database.query_schedule(mod, target, workload_name="main")
+    with open(os.path.join(work_dir, "best_schedule.py"), "w") as f:
+        f.write(sch.mod.script())
+    secs = [float(s) for s in record.run_secs]
+    return sum(secs) / len(secs)
+
+
+def _plot_one(curve: list[float], path: str, title: str) -> None:
+    from tuning.compare import plot_curves
+
+    plot_curves({title: {"tuned": [curve]}}, path)
+
+
+def _run(args) -> int:
+    from datagen.workloads import resolve
+    from tuning.tuner import read_curve, tune_network, tune_workload
+
+    if not args.workloads and not args.torch_model:
+        raise UserError("name a workload or suite (see 'datagen workloads'), or --torch-model")
+    workloads = resolve(args.workloads) if args.workloads else []
+    target, measurer, predictor = _setup(args)
+    try:
+        if args.torch_model:
+            return _run_torch(args, target, measurer, predictor)
+        for w in workloads:
+            wd = os.path.join(args.out, w.key.replace("/", "__"))
+            try:
+                db = tune_workload(w.mod, target, args.tuner, args.trials, wd, measurer,
+                                   predictor, args.seed, args.trials_per_iter,
+                                   args.acquisition, progress=not args.no_progress,
+                                   desc=w.key)
+            except KeyboardInterrupt:
+                print(f"tune: interrupted; the measurements made so far are in {wd}",
+                      file=sys.stderr)
+                return 130
+            curve = next(iter(read_curve(wd).values()), [])
+            if curve:
+                _plot_one(curve, os.path.join(wd, "curve.png"), w.key)
+            best = _write_best(db, w.mod, target, wd)
+            shown = "no successful measurement" if best is None else f"best {best * 1e6:.1f} us"
+            print(f"{w.key}: {len(curve)} trials, {shown}; database, best_schedule.py and "
+                  f"curve.png in {wd}")
+    finally:
+        measurer.close()
+    return 0
+
+
+def _run_torch(args, target, measurer, predictor) -> int:
+    from tvm.s_tir import meta_schedule as ms
+
+    from datagen.torch_import import load_exported, relax_module
+    from tuning.tuner import read_curve, tune_network
+
+    mod = relax_module(load_exported(args.torch_model), target)
+    wd = args.out
+    try:
+        db = tune_network(mod, None, target, args.tuner, args.trials, wd, measurer, predictor,
+                          args.seed, args.trials_per_iter, args.acquisition,
+                          progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print(f"tune: interrupted; the measurements made so far are in {wd}", file=sys.stderr)
+        return 130
+    curves = read_curve(wd)
+    ms.relax_integration.compile_relax(db, mod, target, None)  # the database applies
+    print(f"{args.torch_model}: {sum(len(c) for c in curves.values())} trials over "
+          f"{len(curves)} tasks; database in {wd} (apply it with "
+          "meta_schedule.relax_integration.compile_relax)")
+    return 0
+
+
+def _compare(args) -> int:
+    from datagen.workloads import resolve
+    from tuning.compare import format_summary, plot_curves, run_curves, summarize
+
+    workloads = resolve(args.workloads or [DEFAULT_COMPARE_WORKLOAD])
+    budgets = sorted({b for b in args.budgets if b <= args.trials} | {args.trials})
+    target, measurer, predictor = _setup(args)
+    os.makedirs(args.out, exist_ok=True)
+    try:
+        results = run_curves(workloads, args.tuners, args.trials, args.seeds, args.out, target,
+                             measurer, predictor, args.trials_per_iter,
+                             progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print(f"tune: interrupted; finished runs are kept in {args.out}/runs, run the same "
+              "command to continue", file=sys.stderr)
+        return 130
+    finally:
+        measurer.close()
+    summary = summarize(results, budgets, args.trials)
+    with open(os.path.join(args.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    plot_curves(results, os.path.join(args.out, "curves.png"))
+    print(format_summary(summary))
+    print(f"summary.json and curves.png in {args.out}")
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trials", type=int, default=32, help="measured trials per workload")
+    p.add_argument("--out", default="tuning-runs", help="output folder")
+    p.add_argument("--checkpoint", help="cost-model checkpoint (default: the shipped one)")
+    p.add_argument("--target", help="TVM target (default: this machine's CPU)")
+    p.add_argument("--tracker", help="RPC tracker host:port, to measure on a remote device")
+    p.add_argument("--key", help="device key registered with the tracker")
+    p.add_argument("--threads", type=int, help="runtime threads (default: all cores)")
+    p.add_argument("--trials-per-iter", type=int, default=8,
+                   help="candidates measured per round (the BO's top-k)")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tuning.search import ACQUISITIONS
+    from tuning.tuner import TUNERS
+
+    parser = argparse.ArgumentParser(prog="tune", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("run", help="tune workloads or a PyTorch model into MetaSchedule databases")
+    p.add_argument("workloads", nargs="*", help="workload keys or suites")
+    p.add_argument("--torch-model", help="a torch.export .pt2 file: tune all its tasks")
+    p.add_argument("--tuner", choices=TUNERS, default="bo")
+    p.add_argument("--acquisition", choices=ACQUISITIONS, default="ei")
+    p.add_argument("--seed", type=int, default=0)
+    _common(p)
+    p.set_defaults(func=_run)
+    p = sub.add_parser("compare", help="tuners side by side on the same workloads and budget")
+    p.add_argument("workloads", nargs="*", help=f"default: {DEFAULT_COMPARE_WORKLOAD}")
+    p.add_argument("--tuners", nargs="+", choices=TUNERS, default=["bo", "ms-default"])
+    p.add_argument("--seeds", nargs="+", type=int, default=[0])
+    p.add_argument("--budgets", nargs="+", type=int, default=[8, 16, 32, 64])
+    _common(p)
+    p.set_defaults(func=_compare)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except UserError as err:
+        print(f"tune: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

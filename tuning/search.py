@@ -1,0 +1,261 @@
+"""Bayesian optimisation over a workload's MetaSchedule design space, as a search strategy.
+
+Each round the strategy grows a pool of candidates (random replays of the design space and
+mutations of the best schedules so far), scores every unmeasured one with a surrogate and an
+acquisition function, and hands only the best `num_trials_per_iter` to MetaSchedule to build and
+measure; the results refit the surrogate. Two surrogates:
+
+- "prior-gp": the learned cost model's predicted log-latency is the prior mean, and a Gaussian
+  process over the network's graph embeddings, fitted on this run's measurements, models the
+  residual and its uncertainty. Before any measurement the ranking is the model's.
+- "forest": ytopt's recipe, no prior: a random forest over the schedule's sampled decisions,
+  its spread across trees as the uncertainty, candidates drawn at random from the space.
+
+Because it is a MetaSchedule `PySearchStrategy`, `tune_tir(..., strategy=BayesOptSearch(...))`
+and relax tuning keep MetaSchedule's task scheduler, builder, runner, database and callbacks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+from scipy.stats import norm
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate, PySearchStrategy
+
+from datagen.sampler import ScheduleSampler, derive_seed
+from datagen.tvm_env import UserError
+
+SURROGATES = ("prior-gp", "forest")
+ACQUISITIONS = ("ei", "lcb")
+FAILED_SECS = 1e9  # MetaSchedule reports failed measurements as 1e10 s
+PRIOR_SIGMA = 0.3  # log-latency uncertainty of the prior before any measurement
+GP_MAX_DIMS = 16  # embeddings are projected onto this many principal components
+
+
+class PriorGP:
+    """Learned prior mean plus a GP on the residual, over the network's graph embeddings."""
+
+    needs_model = True
+
+    def __init__(self, predictor, seed: int):
+        self.predictor = predictor
+        self.seed = seed
+        self.gp = None
+        self.project = None
+        self.offset = 0.0
+
+    def features(self, cands) -> tuple[np.ndarray, np.ndarray]:
+        """(embeddings, prior log-latency) of candidates."""
+        graphs = [self.predictor.featurizer.featurize(c.mod) for c in cands]
+        seconds, emb = self.predictor.predict_and_embed(graphs)
+        return list(emb.astype(np.float64)), np.log(seconds)
+
+    def fit(self, x_all: list, x: list, prior: np.ndarray, y: np.ndarray) -> None:
+        """Fit on measured rows `x` (prior, log-latency `y`); `x_all` also holds the pool."""
+        from sklearn.decomposition import PCA
+        from sklearn.gaussian_process import GaussianProcessRegressor
+        from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import StandardScaler
+
+        residual = y - prior
+        self.offset = float(residual.mean()) if len(y) else 0.0
+        self.gp = None
+        if len(y) < 3:
+            return
+        x_all = np.stack(x_all)
+        dims = min(GP_MAX_DIMS, *x_all.shape)
+        self.project = make_pipeline(StandardScaler(), PCA(dims, random_state=self.seed))
+        self.project.fit(x_all)
+        z = self.project.transform(np.stack(x))
+        kernel = (ConstantKernel(PRIOR_SIGMA ** 2, (1e-4, 1e1))
+                  * RBF(math.sqrt(dims), (1e-2, 1e3)) + WhiteKernel(1e-3, (1e-6, 1e0)))
+        self.gp = GaussianProcessRegressor(kernel, normalize_y=False, random_state=self.seed,
+                                           n_restarts_optimizer=2)
+        self.gp.fit(z, residual - self.offset)
+
+    def posterior(self, x: list, prior: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and standard deviation of log-latency."""
+        if self.gp is None:
+            return prior + self.offset, np.full(len(prior), PRIOR_SIGMA)
+        mu, sigma = self.gp.predict(self.project.transform(np.stack(x)), return_std=True)
+        return prior + self.offset + mu, np.maximum(sigma, 1e-6)
+
+
+class ForestSurrogate:
+    """ytopt-style: a random forest over sampled decisions, uncertainty from its trees."""
+
+    needs_model = False
+
+    def __init__(self, predictor, seed: int):
+        self.seed = seed
+        self.forest = None
+
+    @staticmethod
+    def decisions(trace_json: str) -> list[float]:
+        """A schedule's sampled decisions as numbers (tile factors on a log2 scale)."""
+        out = []
+        for _, decision in json.loads(trace_json)[1]:
+            values = decision if isinstance(decision, list) else [decision]
+            out += [math.log2(v) if isinstance(v, int) and v > 0 else float(v or 0)
+                    for v in values if isinstance(v, (int, float))]
+        return out
+
+    def features(self, cands) -> tuple[np.ndarray, np.ndarray]:
+        rows = [self.decisions(c.trace_json) for c in cands]
+        return [[len(r), *r] for r in rows], np.zeros(len(cands))
+
+    @staticmethod
+    def _pad(x: list, width: int) -> np.ndarray:
+        return np.array([list(r) + [0.0] * (width - len(r)) for r in x], dtype=np.float64)
+
+    def fit(self, x_all: list, x: list, prior: np.ndarray, y: np.ndarray) -> None:
+        from sklearn.ensemble import RandomForestRegressor
+
+        self.forest = None
+        if len(y) < 2:
+            return
+        self.width = max(len(r) for r in x_all)
+        self.forest = RandomForestRegressor(100, min_samples_leaf=1, random_state=self.seed)
+        self.forest.fit(self._pad(x, self.width), y)
+
+    def posterior(self, x: list, prior: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.forest is None:  # no model yet: random order, as ytopt's initial samples
+            rng = np.random.default_rng(self.seed + len(x))
+            return rng.random(len(x)), np.ones(len(x))
+        per_tree = np.stack([t.predict(self._pad(x, self.width))
+                             for t in self.forest.estimators_])
+        return per_tree.mean(0), np.maximum(per_tree.std(0), 1e-6)
+
+
+def acquisition_scores(kind: str, mu: np.ndarray, sigma: np.ndarray, best: float | None,
+                       kappa: float) -> np.ndarray:
+    """Higher is better. `mu`, `sigma`, `best` are log-latencies (lower is faster)."""
+    if kind == "lcb" or best is None:
+        return -(mu - kappa * sigma)
+    z = (best - mu) / sigma
+    return sigma * (z * norm.cdf(z) + norm.pdf(z))
+
+
+@derived_object
+class BayesOptSearch(PySearchStrategy):
+    """Bayesian optimisation with the learned cost model as prior, as a MetaSchedule strategy.
+
+    Args:
+        predictor: a `CostModelPredictor` (needed by the "prior-gp" surrogate).
+        surrogate: "prior-gp" (learned prior + GP residual) or "forest" (ytopt-style, no prior).
+        acquisition: "ei" (expected improvement) or "lcb" (lower confidence bound).
+        pool_size: new candidates drawn each round.
+        evolve_fraction: share of the new candidates that mutate the best schedules so far.
+        num_parents: how many of the best schedules are mutated.
+        kappa: exploration weight of "lcb".
+        seed: seeds sampling and the surrogate; the same seed gives the same run.
+    """
+
+    def __init__(self, predictor=None, surrogate: str = "prior-gp", acquisition: str = "ei",
+                 pool_size: int = 256, evolve_fraction: float = 0.5, num_parents: int = 8,
+                 kappa: float = 1.96, seed: int = 0):
+        super().__init__()
+        if surrogate not in SURROGATES:
+            raise UserError(f"unknown surrogate {surrogate!r}; choose {', '.join(SURROGATES)}")
+        if acquisition not in ACQUISITIONS:
+            raise UserError(f"unknown acquisition {acquisition!r}; "
+                            f"choose {', '.join(ACQUISITIONS)}")
+        if surrogate == "prior-gp" and predictor is None:
+            raise UserError("the prior-gp surrogate needs a cost-model checkpoint")
+        self.predictor = predictor
+        self.config = dict(surrogate=surrogate, acquisition=acquisition, pool_size=pool_size,
+                           evolve_fraction=evolve_fraction, num_parents=num_parents,
+                           kappa=kappa, seed=seed)
+        self.context = None
+        self.sampler = None
+        self.history: list[tuple[str, float]] = []  # (trace hash, seconds) in measured order
+
+    def __repr__(self) -> str:
+        return f"BayesOptSearch({self.config['surrogate']}, {self.config['acquisition']})"
+
+    def _initialize_with_tune_context(self, context) -> None:
+        self.context = context
+        if self.predictor is not None and \
+                self.predictor.featurizer.target.kind.name != context.target.kind.name:
+            raise UserError(f"the checkpoint was trained for {self.predictor.featurizer.target}"
+                            f" targets, not {context.target.kind.name}; pass a checkpoint "
+                            "trained for this target")
+        self.sampler = ScheduleSampler(context.mod, context.target, context)
+
+    def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces,
+                   database=None, cost_model=None) -> None:
+        cls = PriorGP if self.config["surrogate"] == "prior-gp" else ForestSurrogate
+        self.max_trials, self.per_iter = max_trials, num_trials_per_iter
+        self.surrogate = cls(self.predictor, self.config["seed"])
+        self.seen: set[str] = set()
+        self.pool: list = []  # unmeasured candidates
+        self.pool_x: list = []
+        self.pool_prior: list = []
+        self.measured: list = []  # (candidate, x, prior, log seconds) of successful runs
+        self.trials = 0
+        self.round = 0
+        self.pending: list = []
+
+    def post_tuning(self) -> None:
+        self.pool, self.pool_x, self.pool_prior, self.pending = [], [], [], []
+
+    def _grow_pool(self) -> None:
+        cfg = self.config
+        seed = derive_seed(cfg["seed"], str(self.context.task_name), self.round)
+        n_evolve = int(cfg["pool_size"] * cfg["evolve_fraction"]) if self.measured else 0
+        new = self.sampler.random(cfg["pool_size"] - n_evolve, seed, self.seen)
+        if n_evolve:
+            best = sorted(self.measured, key=lambda m: m[3])[:cfg["num_parents"]]
+            new += self.sampler.evolve([m[0].trace_json for m in best], n_evolve, seed + 1,
+                                       self.seen)
+        if not new:
+            return
+        x, prior = self.surrogate.features(new)
+        self.pool += new
+        self.pool_x += list(x)
+        self.pool_prior += list(prior)
+
+    def _select(self, k: int) -> list[int]:
+        """Indices of the `k` pool candidates the acquisition function ranks highest."""
+        ms = self.measured
+        self.surrogate.fit(self.pool_x + [m[1] for m in ms], [m[1] for m in ms],
+                           np.array([m[2] for m in ms]), np.array([m[3] for m in ms]))
+        mu, sigma = self.surrogate.posterior(self.pool_x, np.array(self.pool_prior))
+        best = min((m[3] for m in ms), default=None)
+        scores = acquisition_scores(self.config["acquisition"], mu, sigma, best,
+                                    self.config["kappa"])
+        return list(np.argsort(-scores, kind="stable")[:k])
+
+    def generate_measure_candidates(self):
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+        if self.trials >= self.max_trials:
+            return None
+        self._grow_pool()
+        self.round += 1
+        if not self.pool:
+            return None  # the design space has no unseen schedule left
+        picks = self._select(min(self.per_iter, self.max_trials - self.trials))
+        self.pending = [(self.pool[i], self.pool_x[i], self.pool_prior[i]) for i in picks]
+        for i in sorted(picks, reverse=True):
+            del self.pool[i], self.pool_x[i], self.pool_prior[i]
+        return [MeasureCandidate(c.sch, ArgInfo.from_entry_func(c.sch.mod, remove_preproc=True))
+                for c, _, _ in self.pending]
+
+    def notify_runner_results(self, measure_candidates, results) -> None:
+        for (cand, x, prior), res in zip(self.pending, results):
+            secs = [float(s) for s in (res.run_secs or [])]
+            ok = res.error_msg is None and secs and max(secs) < FAILED_SECS
+            latency = float(np.median(secs)) if ok else math.inf
+            self.history.append((cand.trace_hash, latency))
+            if ok:
+                self.measured.append((cand, x, prior, math.log(latency)))
+        self.trials += len(results)
+        self.pending = []
+
+    def clone(self) -> "BayesOptSearch":
+        return BayesOptSearch(self.predictor, **self.config)

@@ -1,0 +1,174 @@
+"""Tune workloads with MetaSchedule's loop and a chosen search strategy and cost model.
+
+Every tuner runs inside MetaSchedule's own `tune_tir` / `tune_relax` with the same builder,
+runner and JSON database, so they differ only in how they pick what to measure:
+
+- "bo": `BayesOptSearch` with the learned model as prior (GP residual, EI);
+- "ms-default": MetaSchedule's default, EvolutionarySearch with its XGBModel;
+- "ms-ours": EvolutionarySearch with our model as its cost model (`LearnedCostModel`);
+- "random": ReplayTrace (random schedules of the design space);
+- "ytopt": `BayesOptSearch` with a random forest over decisions and LCB, no prior.
+
+The database's tuning-record file is appended in measurement order, so it is also the tuning
+curve, and a run that stops midway keeps every measurement it committed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+
+import numpy as np
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+from datagen.tvm_env import UserError
+
+TUNERS = ("bo", "ms-default", "ms-ours", "random", "ytopt")
+NEEDS_CHECKPOINT = ("bo", "ms-ours")
+DEFAULT_TRIALS_PER_ITER = 8
+DEFAULT_CHECKPOINT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                  "checkpoints", "graphsage.ckpt")
+RECORDS_FILE = "database_tuning_record.json"
+WORKLOADS_FILE = "database_workload.json"
+
+
+def load_predictor(checkpoint: str | None):
+    """The shipped checkpoint unless another is given."""
+    from costmodel.predictor import CostModelPredictor
+
+    return CostModelPredictor.load(checkpoint or DEFAULT_CHECKPOINT)
+
+
+def make_search(tuner: str, predictor, seed: int, acquisition: str = "ei",
+                adapt_steps: int | None = None):
+    """(strategy, cost_model) arguments of `tune_tir` for a tuner name."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from tuning.cost_model import LearnedCostModel
+    from tuning.search import BayesOptSearch
+
+    if tuner == "bo":
+        return BayesOptSearch(predictor, "prior-gp", acquisition, seed=seed), "random"
+    if tuner == "ytopt":
+        return BayesOptSearch(None, "forest", "lcb", evolve_fraction=0.0, seed=seed), "random"
+    if tuner == "ms-default":
+        return "evolutionary", "xgb"
+    if tuner == "ms-ours":
+        kwargs = {} if adapt_steps is None else {"adapt_steps": adapt_steps}
+        return "evolutionary", LearnedCostModel(predictor, **kwargs)
+    if tuner == "random":
+        return ms.search_strategy.ReplayTrace(), "random"
+    raise UserError(f"unknown tuner {tuner!r}; choose one of {', '.join(TUNERS)}")
+
+
+@derived_object
+class ProgressBar(PyMeasureCallback):
+    """A MetaSchedule measure callback that shows trials done and the best latency so far."""
+
+    def __init__(self, total: int, desc: str, enabled: bool = True):
+        from tqdm import tqdm
+
+        super().__init__()
+        self.bar = tqdm(total=total, desc=desc, unit="trial", disable=not enabled, leave=True)
+        self.best = math.inf
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
+              runner_results) -> None:
+        for res in runner_results:
+            secs = [float(s) for s in (res.run_secs or [])]
+            if res.error_msg is None and secs and max(secs) < 1e9:
+                self.best = min(self.best, float(np.mean(secs)))
+        self.bar.update(len(runner_results))
+        if math.isfinite(self.best):
+            self.bar.set_postfix_str(f"best {self.best * 1e6:.1f} us")
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _quiet_metaschedule() -> None:
+    """MetaSchedule's console log to warnings only (its log files in work_dir/logs keep all)."""
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+
+
+def tune_workload(mod, target, tuner: str, trials: int, work_dir: str, measurer,
+                  predictor=None, seed: int = 0, trials_per_iter: int = DEFAULT_TRIALS_PER_ITER,
+                  acquisition: str = "ei", progress: bool = False, desc: str = ""):
+    """Tune one TIR workload into the JSON database in `work_dir`; returns the database."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from datagen.tvm_env import load_tensor_intrinsics
+
+    if trials < 1:
+        raise UserError(f"the trial budget must be at least 1, not {trials}")
+    load_tensor_intrinsics(target.kind.name)  # before MetaSchedule imports every backend's
+    strategy, cost_model = make_search(tuner, predictor, seed, acquisition)
+    os.makedirs(work_dir, exist_ok=True)
+    _quiet_metaschedule()
+    bar = ProgressBar(trials, desc or tuner, progress)
+    try:
+        return ms.tune_tir(mod, target, work_dir, max_trials_global=trials,
+                           num_trials_per_iter=min(trials_per_iter, trials),
+                           builder=measurer.builder, runner=measurer.runner,
+                           cost_model=cost_model, strategy=strategy, seed=seed,
+                           measure_callbacks=[*ms.MeasureCallback.create("default"), bar])
+    finally:
+        bar.close()
+
+
+def tune_network(mod, params, target, tuner: str, trials: int, work_dir: str, measurer,
+                 predictor=None, seed: int = 0, trials_per_iter: int = DEFAULT_TRIALS_PER_ITER,
+                 acquisition: str = "ei", progress: bool = False):
+    """Tune every task of a relax module (trials spread by task weight); returns the database."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from datagen.tvm_env import load_tensor_intrinsics
+
+    if trials < 1:
+        raise UserError(f"the trial budget must be at least 1, not {trials}")
+    load_tensor_intrinsics(target.kind.name)
+    strategy, cost_model = make_search(tuner, predictor, seed, acquisition)
+    os.makedirs(work_dir, exist_ok=True)
+    _quiet_metaschedule()
+    bar = ProgressBar(trials, tuner, progress)
+    try:
+        return ms.relax_integration.tune_relax(
+            mod, params, target, work_dir, max_trials_global=trials,
+            num_trials_per_iter=trials_per_iter, builder=measurer.builder,
+            runner=measurer.runner, cost_model=cost_model, strategy=strategy, seed=seed,
+            measure_callbacks=[*ms.MeasureCallback.create("default"), bar])
+    finally:
+        bar.close()
+
+
+def read_curve(work_dir: str) -> dict[str, list[float]]:
+    """Measured latencies (seconds, inf for failures) per workload, in measurement order.
+
+    Keys are the workloads' structural hashes as the database stores them (one per task).
+    """
+    path = os.path.join(work_dir, RECORDS_FILE)
+    workloads = []
+    if os.path.exists(os.path.join(work_dir, WORKLOADS_FILE)):
+        with open(os.path.join(work_dir, WORKLOADS_FILE)) as f:
+            workloads = [json.loads(line)[0] for line in f if line.strip()]
+    curves: dict[str, list[float]] = {}
+    if not os.path.exists(path):
+        return curves
+    with open(path) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            index, record = json.loads(line)
+            secs = record[1] or []
+            ok = bool(secs) and max(float(s) for s in secs) < 1e9
+            key = str(workloads[index]) if index < len(workloads) else str(index)
+            curves.setdefault(key, []).append(float(np.mean(secs)) if ok else math.inf)
+    return curves
+
+
+def best_so_far(latencies: list[float]) -> np.ndarray:
+    """Best latency after each trial (inf until the first success)."""
+    return np.minimum.accumulate(np.array(latencies, dtype=float)) if latencies else np.zeros(0)
