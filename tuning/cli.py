@@ -8,13 +8,39 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
 
 from datagen.tvm_env import UserError
 
 DEFAULT_COMPARE_WORKLOAD = "conv2d/h28_w28_ci128_co128_k3_stride1_pad1"
+
+
+class Interrupted(Exception):
+    """Ctrl-C during tuning (TVM may re-raise it as another error from inside its loop)."""
+
+
+@contextlib.contextmanager
+def _interruptible():
+    """Turn Ctrl-C into `Interrupted`, even when it surfaces through TVM as another error."""
+    hit = []
+
+    def handler(signum, frame):
+        hit.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    except BaseException as err:
+        if hit or isinstance(err, KeyboardInterrupt):
+            raise Interrupted from None
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _setup(args):
@@ -72,11 +98,12 @@ def _run(args) -> int:
         for w in workloads:
             wd = os.path.join(args.out, w.key.replace("/", "__"))
             try:
-                db = tune_workload(w.mod, target, args.tuner, args.trials, wd, measurer,
-                                   predictor, args.seed, args.trials_per_iter,
-                                   args.acquisition, progress=not args.no_progress,
-                                   desc=w.key)
-            except KeyboardInterrupt:
+                with _interruptible():
+                    db = tune_workload(w.mod, target, args.tuner, args.trials, wd, measurer,
+                                       predictor, args.seed, args.trials_per_iter,
+                                       args.acquisition, progress=not args.no_progress,
+                                       desc=w.key)
+            except Interrupted:
                 print(f"tune: interrupted; the measurements made so far are in {wd}",
                       file=sys.stderr)
                 return 130
@@ -101,10 +128,11 @@ def _run_torch(args, target, measurer, predictor) -> int:
     mod = relax_module(load_exported(args.torch_model), target)
     wd = args.out
     try:
-        db = tune_network(mod, None, target, args.tuner, args.trials, wd, measurer, predictor,
-                          args.seed, args.trials_per_iter, args.acquisition,
-                          progress=not args.no_progress)
-    except KeyboardInterrupt:
+        with _interruptible():
+            db = tune_network(mod, None, target, args.tuner, args.trials, wd, measurer,
+                              predictor, args.seed, args.trials_per_iter, args.acquisition,
+                              progress=not args.no_progress)
+    except Interrupted:
         print(f"tune: interrupted; the measurements made so far are in {wd}", file=sys.stderr)
         return 130
     curves = read_curve(wd)
@@ -124,10 +152,11 @@ def _compare(args) -> int:
     target, measurer, predictor = _setup(args)
     os.makedirs(args.out, exist_ok=True)
     try:
-        results = run_curves(workloads, args.tuners, args.trials, args.seeds, args.out, target,
-                             measurer, predictor, args.trials_per_iter,
-                             progress=not args.no_progress)
-    except KeyboardInterrupt:
+        with _interruptible():
+            results = run_curves(workloads, args.tuners, args.trials, args.seeds, args.out,
+                                 target, measurer, predictor, args.trials_per_iter,
+                                 progress=not args.no_progress)
+    except Interrupted:
         print(f"tune: interrupted; finished runs are kept in {args.out}/runs, run the same "
               "command to continue", file=sys.stderr)
         return 130
