@@ -565,6 +565,25 @@ class Featurizer:
                 graph.save(self.cache_dir / f"{trace_hash}.npz")
         return graph
 
+    def featurize_many(self, mods_or_schedules: list, workers: int | None = None) -> list:
+        """Graphs of many programs; lowering runs in `workers` threads (default: the cores).
+
+        TVM's passes release the GIL, so lowering, the dominant cost, runs in parallel.
+
+        Raises:
+            FeaturizeError: if a module cannot be lowered or walked.
+        """
+        from concurrent.futures import ThreadPoolExecutor
+
+        mods = [getattr(m, "mod", m) for m in mods_or_schedules]
+        workers = workers or len(os.sched_getaffinity(0))
+        if workers < 2 or len(mods) < 2:
+            return [self.featurize(m) for m in mods]
+
+        with ThreadPoolExecutor(workers) as pool:
+            lowered = pool.map(lambda mod: lower_for_features(mod, self.target), mods)
+            return [build_graph(m) for m in lowered]
+
     def featurize_record(self, workload_ir: str, trace_json: str, trace_hash: str) -> ProgramGraph:
         """The graph of a dataset record, cached under `record_key(workload_ir, trace_hash)`.
 

@@ -146,7 +146,7 @@ class CostModelPredictor:
 
     def predict(self, schedules: list) -> np.ndarray:
         """Latency in seconds for scheduled IRModules or `tvm.s_tir.Schedule`s."""
-        return self.predict_graphs([self.featurizer.featurize(s) for s in schedules])
+        return self.predict_graphs(self.featurizer.featurize_many(schedules))
 
     def predict_records(self, frame) -> np.ndarray:
         """Latency in seconds for the rows of a dataset frame (workload_ir, trace, trace_hash)."""

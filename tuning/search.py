@@ -49,7 +49,7 @@ class PriorGP:
 
     def features(self, cands) -> tuple[np.ndarray, np.ndarray]:
         """(embeddings, prior log-latency) of candidates."""
-        graphs = [self.predictor.featurizer.featurize(c.mod) for c in cands]
+        graphs = self.predictor.featurizer.featurize_many([c.mod for c in cands])
         seconds, emb = self.predictor.predict_and_embed(graphs)
         return list(emb.astype(np.float64)), np.log(seconds)
 

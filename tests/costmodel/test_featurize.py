@@ -102,6 +102,14 @@ def test_featurisation_is_deterministic(candidates, graphs, target):
             np.testing.assert_array_equal(getattr(g, name), getattr(again, name))
 
 
+def test_parallel_featurisation_equals_serial(candidates, graphs, target):
+    many = Featurizer(target).featurize_many([c for _, c in candidates], workers=2)
+    assert len(many) == len(graphs)
+    for g, again in zip(graphs, many):
+        for name in ("node_kind", "x", "edge_index", "edge_type", "program"):
+            np.testing.assert_array_equal(getattr(g, name), getattr(again, name))
+
+
 def test_program_features_are_the_graph_program(candidates, graphs, target):
     lowered = lower_for_features(candidates[0][1].mod, target)
     np.testing.assert_array_equal(program_features(lowered), graphs[0].program)
