@@ -66,3 +66,31 @@ def test_combined_loss_weights():
     assert total.item() == pytest.approx(2 * 2.0 + 0.5 * math.log1p(math.exp(-1)))
     with pytest.raises(ValueError, match="unknown rank loss"):
         pairwise_rank_loss(pred, target, group, "cosine")
+
+
+@pytest.mark.parametrize("per_flop", [False, True])
+def test_normalization_round_trips_latency(per_flop):
+    import numpy as np
+
+    from costmodel.featurize import NUM_NODE_FEATURES, NUM_PROGRAM_FEATURES, ProgramGraph
+    from costmodel.normalization import Normalization
+
+    def graph(log2_flops):
+        program = np.zeros(NUM_PROGRAM_FEATURES, np.float32)
+        program[0] = log2_flops
+        return ProgramGraph(node_kind=np.zeros(2, np.int64),
+                            x=np.ones((2, NUM_NODE_FEATURES), np.float32),
+                            edge_index=np.array([[0], [1]]), edge_type=np.zeros(1, np.int64),
+                            program=program)
+
+    graphs, latencies = [graph(10.0), graph(20.0), graph(12.0)], [1e-4, 2e-1, 3e-4]
+    norm = Normalization.fit(graphs, latencies, per_flop=per_flop)
+    again = Normalization.from_dict(norm.to_dict())
+    assert again.per_flop == per_flop
+    for g, lat in zip(graphs, latencies):
+        data = again.data(g, lat)
+        assert math.isclose(float(again.latency(data.y, data.offset)[0]), lat, rel_tol=1e-5)
+    # per FLOP, the targets leave out the programs' log FLOPs
+    offsets = [norm.offset(g) for g in graphs]
+    assert offsets == ([0.0] * 3 if not per_flop else [10 * math.log(2), 20 * math.log(2),
+                                                        12 * math.log(2)])
