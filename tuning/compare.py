@@ -127,8 +127,9 @@ def format_summary(summary: dict) -> str:
         last = f"best@{budgets[-1]}"
         for tuner, row in summary["geomean"].items():
             if tuner != REFERENCE and math.isfinite(row[last]) and math.isfinite(ref[last]):
-                lines.append(f"{tuner}: {100 * (1 - row[last] / ref[last]):+.1f}% lower latency "
-                             f"than {REFERENCE} at {budgets[-1]} trials (geomean)")
+                change = 100 * (1 - row[last] / ref[last])
+                lines.append(f"{tuner}: {abs(change):.1f}% {'lower' if change >= 0 else 'higher'}"
+                             f" latency than {REFERENCE} at {budgets[-1]} trials (geomean)")
     return "\n".join(lines)
 
 
