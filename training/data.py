@@ -129,7 +129,8 @@ class ScheduleDataModule(L.LightningDataModule):
         cache_dir: featurised graphs are cached here, keyed by featuriser version.
         seed: seeds the split and the batch order.
         per_flop: learn log-latency per FLOP of the lowered program (the model's output plus
-            the program's log FLOPs is its log-latency), so shapes it never saw scale right.
+            the program's log FLOPs is its log-latency); off by default, as it ranked worse
+            on the committed dataset.
     """
 
     def __init__(self, dataset: str = "data/llvm-full", split: str = "shapes",

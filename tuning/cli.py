@@ -86,7 +86,7 @@ def _plot_one(curve: list[float], path: str, title: str) -> None:
 
 def _run(args) -> int:
     from datagen.workloads import resolve
-    from tuning.tuner import read_curve, tune_network, tune_workload
+    from tuning.tuner import read_curve, tune_workload
 
     if not args.workloads and not args.torch_model:
         raise UserError("name a workload or suite (see 'datagen workloads'), or --torch-model")
