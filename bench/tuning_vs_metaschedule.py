@@ -112,6 +112,11 @@ def end_to_end(args, target, measurer) -> None:
     print(f"== end to end: small CNN, {args.network_trials} trials in total ==")
     for name, secs in rows:
         print(f"{name:<11}{secs * 1e6:>12.1f} us")
+    out = os.path.join(args.out, "tuning-network")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump({"trials": args.network_trials, "latency_us": {n: s * 1e6 for n, s in rows}},
+                  f, indent=1)
 
 
 def main() -> None:

@@ -28,10 +28,10 @@ def run_dir(out: str, workload_key: str, tuner: str, seed: int) -> str:
 def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out: str, target,
                measurer, predictor, trials_per_iter: int, progress: bool = True) -> dict:
     """{workload key: {tuner: [latencies per trial, one list per seed]}}; also results.json."""
-    results: dict = {}
-    for w in workloads:
-        for tuner in tuners:
-            for seed in seeds:
+    results: dict = {w.key: {t: [] for t in tuners} for w in workloads}
+    for seed in seeds:  # seed outermost: an interrupted benchmark leaves whole seeds behind
+        for w in workloads:
+            for tuner in tuners:
                 wd = run_dir(out, w.key, tuner, seed)
                 curve = _finished(wd, trials)
                 if curve is None:
@@ -42,7 +42,7 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
                     curve = _finished(wd, 0) or []
                     with open(os.path.join(wd, "done"), "w") as f:
                         f.write(f"{len(curve)}\n")
-                results.setdefault(w.key, {}).setdefault(tuner, []).append(curve)
+                results[w.key][tuner].append(curve)
     tmp = os.path.join(out, "results.json.tmp")
     with open(tmp, "w") as f:
         json.dump({"trials": trials, "seeds": seeds, "curves": results}, f)
