@@ -77,6 +77,11 @@ WORKLOAD_DIGEST_CHARS = 16  # workload digest prefix in a record's cache key
 _UNROLL_KEYS = ("pragma_auto_unroll_max_step", "pragma_unroll_explicit")
 _THREAD_KEYS = ("thread_extent", "virtual_thread")
 _ARRAYS = ("node_kind", "x", "edge_index", "edge_type", "program")
+_GPU_ONLY_PASSES = frozenset(
+    f"s_tir.{name}" for name in ("LowerCrossThreadReduction", "LiftThreadBinding",
+                                 "ManifestSharedMemoryLocalStage", "LowerAutoCopy",
+                                 "UnifyThreadBinding", "InjectPermutedLayout",
+                                 "InjectSoftwarePipeline", "TransformMmaBufferLayout"))
 _WIDEST = {"parallel": "parallel", "vectorized": "vector"}  # loop kind -> stat of its max extent
 
 
@@ -144,20 +149,29 @@ def _one_line(err: Exception) -> str:
 
 # --- lowering ---------------------------------------------------------------------------------
 
-def feature_passes() -> list:
+def feature_passes(target=None) -> list:
     """TVM 0.27's default s_tir pipeline (`tvm/s_tir/pipeline.py`) up to FlattenBuffer, then
-    StmtSimplify. The passes after it vectorise and unroll, which hides the loop structure."""
+    StmtSimplify. The passes after it vectorise and unroll, which hides the loop structure.
+
+    For a target without GPU keys the GPU-only passes and the final StmtSimplify are left out:
+    they give the same graphs there (checked on every record of the committed dataset by
+    `bench/featurize_check.py`) and cost about a fifth of the lowering.
+    """
     from tvm import s_tir, tirx
 
     st = s_tir.transform
-    return [st.CanonicalizeLoop(), st.LowerCrossThreadReduction(), st.LowerInitBlock(),
-            st.PlanAndUpdateBufferAllocationLocation(), st.ConvertBlocksToOpaque(),
-            st.LiftThreadBinding(), st.ManifestSharedMemoryLocalStage(),
-            st.CompactBufferAllocation(), st.LowerAutoCopy(), st.UnifyThreadBinding(),
-            st.LowerMatchBuffer(), st.StmtSimplify(), st.InjectPermutedLayout(),
-            st.AnnotateIrregularLoop(), st.InjectSoftwarePipeline(),
-            st.TransformMmaBufferLayout(), st.LowerOpaqueBlock(),
-            tirx.transform.FlattenBuffer(), tirx.transform.StmtSimplify()]
+    gpu = target is None or "gpu" in target.keys
+    passes = [st.CanonicalizeLoop(), st.LowerCrossThreadReduction(), st.LowerInitBlock(),
+              st.PlanAndUpdateBufferAllocationLocation(), st.ConvertBlocksToOpaque(),
+              st.LiftThreadBinding(), st.ManifestSharedMemoryLocalStage(),
+              st.CompactBufferAllocation(), st.LowerAutoCopy(), st.UnifyThreadBinding(),
+              st.LowerMatchBuffer(), st.StmtSimplify(), st.InjectPermutedLayout(),
+              st.AnnotateIrregularLoop(), st.InjectSoftwarePipeline(),
+              st.TransformMmaBufferLayout(), st.LowerOpaqueBlock(),
+              tirx.transform.FlattenBuffer(), tirx.transform.StmtSimplify()]
+    if gpu:
+        return passes
+    return [p for p in passes[:-1] if p.info.name not in _GPU_ONLY_PASSES]
 
 
 def lower_for_features(mod, target):
@@ -176,7 +190,7 @@ def lower_for_features(mod, target):
     try:
         with target:
             mod = tirx.transform.BindTarget(target)(mod)
-            return tvm.ir.transform.Sequential(feature_passes())(mod)
+            return tvm.ir.transform.Sequential(feature_passes(target))(mod)
     except Exception as err:  # noqa: BLE001  (TVM raises assorted error types)
         raise FeaturizeError(f"cannot lower for features: {_one_line(err)}") from None
 

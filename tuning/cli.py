@@ -120,10 +120,8 @@ def _run(args) -> int:
 
 
 def _run_torch(args, target, measurer, predictor) -> int:
-    from tvm.s_tir import meta_schedule as ms
-
     from datagen.torch_import import load_exported, relax_module
-    from tuning.tuner import read_curve, tune_network
+    from tuning.tuner import compile_network, read_curve, tune_network
 
     mod = relax_module(load_exported(args.torch_model), target)
     wd = args.out
@@ -136,10 +134,11 @@ def _run_torch(args, target, measurer, predictor) -> int:
         print(f"tune: interrupted; the measurements made so far are in {wd}", file=sys.stderr)
         return 130
     curves = read_curve(wd)
-    ms.relax_integration.compile_relax(db, mod, target, None)  # the database applies
+    library = os.path.join(wd, "network.so")
+    compile_network(db, mod, target).export_library(library)
     print(f"{args.torch_model}: {sum(len(c) for c in curves.values())} trials over "
-          f"{len(curves)} tasks; database in {wd} (apply it with "
-          "meta_schedule.relax_integration.compile_relax)")
+          f"{len(curves)} tasks; database in {wd}, the tuned network in {library} (run it "
+          "with tvm.relax.VirtualMachine(tvm.runtime.load_module(path), tvm.cpu()))")
     return 0
 
 

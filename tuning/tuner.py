@@ -144,6 +144,29 @@ def tune_network(mod, params, target, tuner: str, trials: int, work_dir: str, me
         bar.close()
 
 
+def apply_database(database, mod, target):
+    """`mod` (a relax module lowered as `datagen.torch_import.relax_module` does) with every
+    PrimFunc the database has a record for replaced by its best schedule.
+
+    MetaSchedule's `compile_relax` re-runs legalisation and fusion first, which re-annotates
+    already-fused functions, so their records no longer match and nothing is applied; here the
+    database applies to the very functions `tune_network` tuned.
+    """
+    import tvm
+    from tvm import relax
+
+    with target, database, tvm.transform.PassContext(opt_level=3):
+        return relax.transform.MetaScheduleApplyDatabase()(mod)
+
+
+def compile_network(database, mod, target):
+    """A relax `VMExecutable` of `mod` built with the database's schedules."""
+    from tvm import relax
+
+    with target:
+        return relax.build(apply_database(database, mod, target), target=target)
+
+
 def read_curve(work_dir: str) -> dict[str, list[float]]:
     """Measured latencies (seconds, inf for failures) per workload, in measurement order.
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import assert_clean_error, run_cli
-from tuning.tuner import best_so_far, read_curve
+from tuning.tuner import apply_database, best_so_far, read_curve
 
 pytestmark = pytest.mark.slow
 
@@ -178,14 +178,17 @@ def test_tune_a_pytorch_model(tiny_checkpoint, tmp_path):
     curves = read_curve(str(out))
     assert len(curves) >= 2 and sum(len(c) for c in curves.values()) == 8
 
+    # every tuned task's record applies to the module `tune_network` tuned
     target = make_target(None)
     mod = relax_module(load_exported(path), target)
-    exe = ms.relax_integration.compile_relax(ms.database.JSONDatabase(work_dir=str(out)), mod,
-                                             target, None)
-    vm = relax.VirtualMachine(exe, tvm.cpu())
+    applied = apply_database(ms.database.JSONDatabase(work_dir=str(out)), mod, target)
+    scheduled = [f for f in applied.functions.values() if isinstance(f, tvm.tirx.PrimFunc)
+                 and f.attrs is not None and "tirx.is_scheduled" in f.attrs]
+    assert len(scheduled) == len(curves)
+
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(out / "network.so")), tvm.cpu())
     got = vm["main"](tvm.runtime.tensor(x.numpy(), tvm.cpu()))
-    got = got[0] if isinstance(got, (list, tuple)) or hasattr(got, "__getitem__") and \
-        not hasattr(got, "numpy") else got
+    got = got[0] if not hasattr(got, "numpy") else got
     np.testing.assert_allclose(got.numpy(), model(x).detach().numpy(), rtol=1e-4, atol=1e-5)
 
 
