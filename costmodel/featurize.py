@@ -174,6 +174,17 @@ def feature_passes(target=None) -> list:
     return [p for p in passes[:-1] if p.info.name not in _GPU_ONLY_PASSES]
 
 
+@functools.lru_cache(maxsize=16)
+def _pipeline(target):
+    """BindTarget and `feature_passes` as one pass, made once per target: a lowering is then a
+    single call into TVM, which threads run without waiting for the GIL between passes."""
+    import tvm
+    from tvm import tirx
+
+    return tvm.ir.transform.Sequential([tirx.transform.BindTarget(target),
+                                        *feature_passes(target)])
+
+
 def lower_for_features(mod, target):
     """Lower a scheduled IRModule to flattened TIR that still shows its loops.
 
@@ -184,13 +195,9 @@ def lower_for_features(mod, target):
     Raises:
         FeaturizeError: if a pass rejects the module.
     """
-    import tvm
-    from tvm import tirx
-
     try:
         with target:
-            mod = tirx.transform.BindTarget(target)(mod)
-            return tvm.ir.transform.Sequential(feature_passes(target))(mod)
+            return _pipeline(target)(mod)
     except Exception as err:  # noqa: BLE001  (TVM raises assorted error types)
         raise FeaturizeError(f"cannot lower for features: {_one_line(err)}") from None
 
@@ -582,7 +589,16 @@ class Featurizer:
     def featurize_many(self, mods_or_schedules: list, workers: int | None = None) -> list:
         """Graphs of many programs; lowering runs in `workers` threads (default: the cores).
 
-        TVM's passes release the GIL, so lowering, the dominant cost, runs in parallel.
+        Raises:
+            FeaturizeError: if a module cannot be lowered or walked.
+        """
+        return list(self.iter_featurize(mods_or_schedules, workers))
+
+    def iter_featurize(self, mods_or_schedules: list, workers: int | None = None):
+        """Yields the graphs of many programs in order, as `featurize_many` computes them.
+
+        TVM's passes release the GIL, so lowering, the dominant cost, runs in parallel threads
+        while the caller walks the graphs (and can already score the first ones).
 
         Raises:
             FeaturizeError: if a module cannot be lowered or walked.
@@ -592,11 +608,11 @@ class Featurizer:
         mods = [getattr(m, "mod", m) for m in mods_or_schedules]
         workers = workers or len(os.sched_getaffinity(0))
         if workers < 2 or len(mods) < 2:
-            return [self.featurize(m) for m in mods]
-
+            yield from (self.featurize(m) for m in mods)
+            return
         with ThreadPoolExecutor(workers) as pool:
-            lowered = pool.map(lambda mod: lower_for_features(mod, self.target), mods)
-            return [build_graph(m) for m in lowered]
+            for lowered in pool.map(lambda mod: lower_for_features(mod, self.target), mods):
+                yield build_graph(lowered)
 
     def featurize_record(self, workload_ir: str, trace_json: str, trace_hash: str) -> ProgramGraph:
         """The graph of a dataset record, cached under `record_key(workload_ir, trace_hash)`.

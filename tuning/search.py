@@ -49,8 +49,7 @@ class PriorGP:
 
     def features(self, cands) -> tuple[np.ndarray, np.ndarray]:
         """(embeddings, prior log-latency) of candidates."""
-        graphs = self.predictor.featurizer.featurize_many([c.mod for c in cands])
-        seconds, emb = self.predictor.predict_and_embed(graphs)
+        seconds, emb = self.predictor.score_schedules([c.mod for c in cands])
         return list(emb.astype(np.float64)), np.log(seconds)
 
     def fit(self, x_all: list, x: list, prior: np.ndarray, y: np.ndarray) -> None:

@@ -51,6 +51,26 @@ def test_checkpoint_round_trip_predicts_the_same(checkpoint, tiny_dataset):
     assert meta["sides"]["test"] == ["softmax/rows16_cols32"]
 
 
+def test_scoring_schedules_equals_scoring_their_graphs(checkpoint, tiny_dataset):
+    """`predict` streams lowered programs into the network; the result is the batch one's."""
+    import tvm
+
+    from costmodel.predictor import CostModelPredictor
+    from datagen.records import read_records
+    from datagen.sampler import replay
+
+    frame = read_records(tiny_dataset)
+    frame = frame[frame.status == "ok"].head(20)
+    predictor = CostModelPredictor.load(checkpoint)
+    mods = [replay(tvm.ir.load_json(r.workload_ir), r.trace).mod for r in frame.itertuples()]
+    seconds, emb = predictor.score_schedules(mods)
+    graphs = [predictor.featurizer.featurize(m) for m in mods]
+    np.testing.assert_allclose(seconds, predictor.predict_graphs(graphs), rtol=1e-5)
+    np.testing.assert_allclose(predictor.predict(mods), seconds, rtol=1e-5)
+    np.testing.assert_allclose(seconds, predictor.predict_records(frame), rtol=1e-5)
+    assert emb.shape[0] == len(mods)
+
+
 def test_checkpoint_of_another_featuriser_is_refused(checkpoint, tmp_path):
     import torch
 
