@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from datagen.tvm_env import UserError
+from datagen.tvm_env import run_command
 
 
 def _evaluate(args) -> int:
@@ -39,11 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-baseline", action="store_true", help="skip MetaSchedule's XGBModel")
     p.set_defaults(func=_evaluate)
     args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except UserError as err:
-        print(f"costmodel: error: {err}", file=sys.stderr)
-        return 2
+    return run_command("costmodel", args)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from datagen.tvm_env import UserError
+from datagen.tvm_env import UserError, run_command
 
 DEFAULT_OUT = "data/default"
 
@@ -148,11 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except UserError as err:
-        print(f"datagen: error: {err}", file=sys.stderr)
-        return 2
+    return run_command("datagen", args)
 
 
 if __name__ == "__main__":

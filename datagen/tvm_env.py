@@ -24,6 +24,15 @@ class UserError(Exception):
     """A mistake in what the user asked for: reported as one line, exit status 2."""
 
 
+def run_command(prog: str, args) -> int:
+    """Run a parsed command line's `args.func(args)`; a `UserError` becomes one line, status 2."""
+    try:
+        return args.func(args)
+    except UserError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2
+
+
 def load_tensor_intrinsics(target_kind: str) -> None:
     """Register the tensor intrinsics of one target kind, skipping the other backends."""
     import tvm.s_tir  # noqa: F401  (the parent package must exist)

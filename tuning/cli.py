@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 
-from datagen.tvm_env import UserError
+from datagen.tvm_env import UserError, run_command
 
 DEFAULT_COMPARE_WORKLOAD = "conv2d/h28_w28_ci128_co128_k3_stride1_pad1"
 
@@ -206,11 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     _common(p)
     p.set_defaults(func=_compare)
     args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except UserError as err:
-        print(f"tune: error: {err}", file=sys.stderr)
-        return 2
+    return run_command("tune", args)
 
 
 if __name__ == "__main__":
