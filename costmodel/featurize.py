@@ -177,7 +177,7 @@ def feature_passes(target=None) -> list:
 @functools.lru_cache(maxsize=16)
 def _pipeline(target):
     """BindTarget and `feature_passes` as one pass, made once per target: a lowering is then a
-    single call into TVM, which threads run without waiting for the GIL between passes."""
+    single call into TVM (which releases the GIL for all of it)."""
     import tvm
     from tvm import tirx
 

@@ -149,8 +149,8 @@ def apply_database(database, mod, target):
     PrimFunc the database has a record for replaced by its best schedule.
 
     MetaSchedule's `compile_relax` re-runs legalisation and fusion first, which re-annotates
-    already-fused functions, so their records no longer match and nothing is applied; here the
-    database applies to the very functions `tune_network` tuned.
+    already-fused functions, so most records no longer match and those tasks are silently built
+    untuned; here the database applies to the very functions `tune_network` tuned.
     """
     import tvm
     from tvm import relax
