@@ -8,8 +8,10 @@ imports of the package free, so a collector pays the cost once, and only for its
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
+import logging
 import os
 import platform
 import sys
@@ -46,6 +48,36 @@ def load_tensor_intrinsics(target_kind: str) -> None:
         sys.modules[_INTRIN_PACKAGE] = package
     for name in _INTRIN_MODULES.get(target_kind, ()):
         importlib.import_module(f"{_INTRIN_PACKAGE}.{name}")
+
+
+METASCHEDULE_LOGGER = "tvm.s_tir.meta_schedule"
+
+
+@contextlib.contextmanager
+def metaschedule_logging():
+    """Let MetaSchedule set up its loggers whatever handlers the host process attached.
+
+    `tune_tir` and `tune_relax` rebuild MetaSchedule's loggers with `logging.config.dictConfig`
+    and list every handler already on the `tvm.s_tir.meta_schedule` logger by name: an unnamed
+    handler (pytest 9's log capture attaches one to every non-propagating logger, and so does
+    any logging set-up that decorates all loggers) crashes it with `None.format`, a foreign
+    named one with "Unable to configure handler". Inside this block such handlers are taken
+    off that logger, and afterwards they are put back, beside MetaSchedule's own.
+
+        with metaschedule_logging():
+            ms.tune_tir(...)
+    """
+    logger = logging.getLogger(METASCHEDULE_LOGGER)
+    foreign = [h for h in logger.handlers
+               if not (h.get_name() or "").startswith(METASCHEDULE_LOGGER + ".")]
+    for handler in foreign:
+        logger.removeHandler(handler)
+    try:
+        yield
+    finally:
+        for handler in foreign:
+            if handler not in logger.handlers:
+                logger.addHandler(handler)
 
 
 def to_python(obj: Any) -> Any:

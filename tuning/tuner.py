@@ -15,6 +15,7 @@ curve, and a run that stops midway keeps every measurement it committed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -24,7 +25,7 @@ import numpy as np
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
-from datagen.tvm_env import UserError
+from datagen.tvm_env import METASCHEDULE_LOGGER, UserError
 
 TUNERS = ("bo", "ms-default", "ms-ours", "random", "ytopt")
 NEEDS_CHECKPOINT = ("bo", "ms-ours")
@@ -89,9 +90,30 @@ class ProgressBar(PyMeasureCallback):
         self.bar.close()
 
 
-def _quiet_metaschedule() -> None:
-    """MetaSchedule's console log to warnings only (its log files in work_dir/logs keep all)."""
-    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+@contextlib.contextmanager
+def _tuning(target, tuner: str, trials: int, work_dir: str, predictor, seed: int,
+            acquisition: str, progress: bool, desc: str):
+    """What every MetaSchedule tuning call here shares: the checks, the tensor intrinsics of
+    the target only, the tuner's (strategy, cost model), quiet and robust logging, and the
+    measure callbacks with a progress bar. Yields the keyword arguments for `tune_tir` and
+    `tune_relax`."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from datagen.tvm_env import load_tensor_intrinsics, metaschedule_logging
+
+    if trials < 1:
+        raise UserError(f"the trial budget must be at least 1, not {trials}")
+    load_tensor_intrinsics(target.kind.name)  # before MetaSchedule imports every backend's
+    strategy, cost_model = make_search(tuner, predictor, seed, acquisition)
+    os.makedirs(work_dir, exist_ok=True)
+    logging.getLogger(METASCHEDULE_LOGGER).setLevel(logging.WARNING)  # log files keep all
+    bar = ProgressBar(trials, desc or tuner, progress)
+    try:
+        with metaschedule_logging():
+            yield {"strategy": strategy, "cost_model": cost_model, "seed": seed,
+                   "measure_callbacks": [*ms.MeasureCallback.create("default"), bar]}
+    finally:
+        bar.close()
 
 
 def tune_workload(mod, target, tuner: str, trials: int, work_dir: str, measurer,
@@ -100,23 +122,11 @@ def tune_workload(mod, target, tuner: str, trials: int, work_dir: str, measurer,
     """Tune one TIR workload into the JSON database in `work_dir`; returns the database."""
     from tvm.s_tir import meta_schedule as ms
 
-    from datagen.tvm_env import load_tensor_intrinsics
-
-    if trials < 1:
-        raise UserError(f"the trial budget must be at least 1, not {trials}")
-    load_tensor_intrinsics(target.kind.name)  # before MetaSchedule imports every backend's
-    strategy, cost_model = make_search(tuner, predictor, seed, acquisition)
-    os.makedirs(work_dir, exist_ok=True)
-    _quiet_metaschedule()
-    bar = ProgressBar(trials, desc or tuner, progress)
-    try:
+    with _tuning(target, tuner, trials, work_dir, predictor, seed, acquisition, progress,
+                 desc) as search:
         return ms.tune_tir(mod, target, work_dir, max_trials_global=trials,
                            num_trials_per_iter=min(trials_per_iter, trials),
-                           builder=measurer.builder, runner=measurer.runner,
-                           cost_model=cost_model, strategy=strategy, seed=seed,
-                           measure_callbacks=[*ms.MeasureCallback.create("default"), bar])
-    finally:
-        bar.close()
+                           builder=measurer.builder, runner=measurer.runner, **search)
 
 
 def tune_network(mod, params, target, tuner: str, trials: int, work_dir: str, measurer,
@@ -125,23 +135,12 @@ def tune_network(mod, params, target, tuner: str, trials: int, work_dir: str, me
     """Tune every task of a relax module (trials spread by task weight); returns the database."""
     from tvm.s_tir import meta_schedule as ms
 
-    from datagen.tvm_env import load_tensor_intrinsics
-
-    if trials < 1:
-        raise UserError(f"the trial budget must be at least 1, not {trials}")
-    load_tensor_intrinsics(target.kind.name)
-    strategy, cost_model = make_search(tuner, predictor, seed, acquisition)
-    os.makedirs(work_dir, exist_ok=True)
-    _quiet_metaschedule()
-    bar = ProgressBar(trials, tuner, progress)
-    try:
+    with _tuning(target, tuner, trials, work_dir, predictor, seed, acquisition, progress,
+                 tuner) as search:
         return ms.relax_integration.tune_relax(
             mod, params, target, work_dir, max_trials_global=trials,
             num_trials_per_iter=trials_per_iter, builder=measurer.builder,
-            runner=measurer.runner, cost_model=cost_model, strategy=strategy, seed=seed,
-            measure_callbacks=[*ms.MeasureCallback.create("default"), bar])
-    finally:
-        bar.close()
+            runner=measurer.runner, **search)
 
 
 def apply_database(database, mod, target):

@@ -16,15 +16,16 @@ def tuned_db(tmp_path_factory):
     from tvm.s_tir import meta_schedule as ms
 
     from datagen.builder import PersistentBuilder
-    from datagen.tvm_env import make_target
+    from datagen.tvm_env import make_target, metaschedule_logging
     from datagen.workloads import Workload
 
     work_dir = str(tmp_path_factory.mktemp("tune"))
     target = make_target(None)
     builder = PersistentBuilder("llvm")
     try:
-        ms.tune_tir(Workload("dense", (32, 32, 32)).mod, target, work_dir, max_trials_global=8,
-                    num_trials_per_iter=4, builder=builder, seed=0)
+        with metaschedule_logging():
+            ms.tune_tir(Workload("dense", (32, 32, 32)).mod, target, work_dir,
+                        max_trials_global=8, num_trials_per_iter=4, builder=builder, seed=0)
     finally:
         builder.shutdown()
     return work_dir

@@ -12,7 +12,7 @@ def test_tune_tir_with_learned_cost_model(tiny_checkpoint, tmp_path):
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
     from datagen.builder import PersistentBuilder
-    from datagen.tvm_env import make_target
+    from datagen.tvm_env import make_target, metaschedule_logging
     from datagen.workloads import Workload
     from tuning.cost_model import LearnedCostModel
 
@@ -20,9 +20,10 @@ def test_tune_tir_with_learned_cost_model(tiny_checkpoint, tmp_path):
     before = [p.detach().clone() for p in model.predictor.model.parameters()]
     builder = PersistentBuilder("llvm")
     try:
-        ms.tune_tir(Workload("dense", (32, 32, 32)).mod, make_target(None), str(tmp_path),
-                    max_trials_global=8, num_trials_per_iter=4, builder=builder,
-                    cost_model=model, seed=0)
+        with metaschedule_logging():
+            ms.tune_tir(Workload("dense", (32, 32, 32)).mod, make_target(None), str(tmp_path),
+                        max_trials_global=8, num_trials_per_iter=4, builder=builder,
+                        cost_model=model, seed=0)
     finally:
         builder.shutdown()
     assert len(JSONDatabase(work_dir=str(tmp_path)).get_all_tuning_records()) >= 4
