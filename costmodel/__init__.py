@@ -1,7 +1,13 @@
-"""costmodel: TIR graphs of scheduled programs, the GraphSAGE latency model and its inference API.
+"""costmodel: TIR graphs of scheduled programs, the latency models and their inference API.
 
 - `featurize`: lowering to loop-level TIR and the typed program graph.
-- `model`, `losses`: the network and its training losses.
-- `predictor`: load a checkpoint and predict latencies (what everything else calls).
-- `evaluate`, `cli`: `costmodel evaluate`, reports against MetaSchedule's XGBoost model.
+- `model`: the networks, by name in `MODELS` (GraphSAGE); `losses`: the training losses, rank
+  losses by name in `RANK_LOSSES`; `normalization`: the statistics a model is trained with.
+- `checkpoint`: the one checkpoint format: save, safe load (no code runs), validation.
+- `predictor`: load a checkpoint (or a seed ensemble) and predict latencies; what `training`
+  and `tuning` call.
+- `checkpoints`: the shipped checkpoints (the repository's `checkpoints/` folder).
+- `registry`: the `create(name)` registries the swappable pieces are filed in.
+
+Imports flow one way: datagen <- costmodel <- training <- tuning.
 """

@@ -5,32 +5,45 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-RANK_LOSSES = ("logistic", "hinge")
+from costmodel.registry import Registry
+
+# a rank loss maps d = pred_slower - pred_faster of each same-workload pair to a penalty
+RANK_LOSSES = Registry("rank loss")
+HINGE_MARGIN = 0.1
+
+
+@RANK_LOSSES.register("logistic")
+def logistic_pair_loss(diff: torch.Tensor) -> torch.Tensor:
+    """log(1 + exp(-d)): RankNet's loss."""
+    return F.softplus(-diff)
+
+
+@RANK_LOSSES.register("hinge")
+def hinge_pair_loss(diff: torch.Tensor) -> torch.Tensor:
+    """max(0, margin - d)."""
+    return F.relu(HINGE_MARGIN - diff)
 
 
 def pairwise_rank_loss(pred: torch.Tensor, target: torch.Tensor, group: torch.Tensor,
-                       kind: str = "logistic", margin: float = 0.1) -> torch.Tensor:
+                       kind: str = "logistic") -> torch.Tensor:
     """Mean loss over ordered pairs (i, j) of the same group with target_i < target_j.
 
-    With d = pred_j - pred_i (the slower one should be predicted higher), the logistic loss
-    is log(1 + exp(-d)) and the hinge loss is max(0, margin - d). Pairs from different groups
-    (workloads) are never compared, because latencies of different programs are not a ranking
-    problem. Returns 0 when the batch has no such pair.
+    With d = pred_j - pred_i (the slower one should be predicted higher), the penalty is the
+    `RANK_LOSSES` entry `kind` of d (logistic: log(1 + exp(-d)); hinge: max(0, margin - d)).
+    Pairs from different groups (workloads) are never compared, because latencies of different
+    programs are not a ranking problem. Returns 0 when the batch has no such pair.
 
     Shapes:
         pred, target, group: :math:`(N)`
     """
-    if kind not in RANK_LOSSES:
-        raise ValueError(f"unknown rank loss {kind!r}; choose one of {', '.join(RANK_LOSSES)}")
+    penalty = RANK_LOSSES.get(kind)
     same = group[:, None] == group[None, :]
     slower = target[None, :] > target[:, None]  # [i, j]: j is slower than i
     pairs = same & slower
     if not pairs.any():
         return pred.sum() * 0.0
     diff = (pred[None, :] - pred[:, None])[pairs]
-    if kind == "logistic":
-        return F.softplus(-diff).mean()
-    return F.relu(margin - diff).mean()
+    return penalty(diff).mean()
 
 
 def cost_model_loss(pred: torch.Tensor, target: torch.Tensor, group: torch.Tensor,

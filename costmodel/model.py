@@ -1,6 +1,8 @@
-"""The latency model: typed GraphSAGE over a program graph, a graph readout and an MLP head.
+"""The latency models: plain `torch.nn.Module`s, filed in `MODELS` by name.
 
-A plain `torch.nn.Module`; training (loss, optimiser, normalisation) lives in `training`.
+A model is rebuilt from its architecture, `{"name": ..., **constructor arguments}`, which every
+model exposes as `.architecture` and every checkpoint stores (`costmodel.checkpoint`). Training
+(loss, optimiser, normalisation) lives in `training`.
 """
 
 from __future__ import annotations
@@ -9,6 +11,18 @@ import torch
 from torch import nn
 from torch_geometric.nn import SAGEConv, global_max_pool, global_mean_pool
 
+from costmodel.registry import Registry
+
+MODELS = Registry("model")
+
+
+def create_model(architecture: dict) -> nn.Module:
+    """A freshly initialised network from its architecture (`{"name": ..., **arguments}`)."""
+    arguments = {k: v for k, v in architecture.items() if k != "name"}
+    return MODELS.create(architecture["name"], **arguments)
+
+
+@MODELS.register("graphsage")
 
 class GraphSAGECostModel(nn.Module):
     """Predicts normalised log-latency of scheduled programs from their graphs.
@@ -38,6 +52,11 @@ class GraphSAGECostModel(nn.Module):
                  num_program_features: int = 0, hidden: int = 128, num_layers: int = 3,
                  dropout: float = 0.1):
         super().__init__()
+        self.architecture = {
+            "name": "graphsage", "num_node_kinds": num_node_kinds,
+            "num_node_features": num_node_features, "num_edge_types": num_edge_types,
+            "num_program_features": num_program_features, "hidden": hidden,
+            "num_layers": num_layers, "dropout": dropout}
         self.num_edge_types = num_edge_types
         self.kind_embedding = nn.Embedding(num_node_kinds, hidden)
         self.feature_proj = nn.Linear(num_node_features, hidden)
@@ -66,6 +85,11 @@ class GraphSAGECostModel(nn.Module):
         if self.program_proj is not None:
             parts.append(torch.relu(self.program_proj(program)))
         return torch.cat(parts, dim=-1)
+
+    @property
+    def embedding_size(self) -> int:
+        """Width of `embed`'s output."""
+        return self.head[0].in_features
 
     def forward(self, node_kind: torch.Tensor, x: torch.Tensor, edge_index: torch.Tensor,
                 edge_type: torch.Tensor, batch: torch.Tensor,

@@ -1,6 +1,7 @@
 """The inference API everything else uses: load a checkpoint, predict latencies, fast.
 
     predictor = CostModelPredictor.load("checkpoints/graphsage.ckpt")
+    ensemble = CostModelPredictor.load(["seed0.ckpt", "seed1.ckpt", "seed2.ckpt"])
     seconds = predictor.predict([sch1, sch2, ...])          # Schedules or scheduled IRModules
     seconds = predictor.predict_records(frame)              # rows of a datagen dataset
 """
@@ -9,88 +10,74 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 
 import numpy as np
 import torch
 
-from costmodel import featurize
-from costmodel.model import GraphSAGECostModel
-from costmodel.normalization import Normalization
-from datagen.tvm_env import UserError
+from costmodel import checkpoint, featurize
+from datagen.errors import UserError
 
-CHECKPOINT_KEY = "costmodel"
 PREDICT_BATCH = 128  # graphs per forward pass; smaller batches overlap more with lowering
 
 
 class CostModelPredictor:
-    """A trained cost model with its featuriser and normalisation.
+    """A trained cost model, or a seed ensemble of them, with its featuriser.
+
+    An ensemble's members are checkpoints of one featuriser and target (usually one training
+    run per seed); it predicts the mean of their log-latencies, and its embedding of a program
+    is the members' embeddings side by side.
 
     Args:
-        model: the network (eval mode).
-        normalization: the training split's statistics.
-        meta: the checkpoint's self-description (featuriser version, vocabulary, ...).
-        use_program_features: whether the model reads whole-program features.
+        members: loaded `checkpoint.Checkpoint`s (one for a single model).
         cache_dir: optional on-disk cache of featurised graphs.
     """
 
-    def __init__(self, model: GraphSAGECostModel, normalization: Normalization, meta: dict,
-                 hparams: dict, cache_dir: str | None = None):
-        self.model = model.eval()
-        self.normalization = normalization
-        self.meta = meta
-        self.hparams = hparams
-        self.use_program_features = bool(hparams["use_program_features"])
-        self.featurizer = featurize.Featurizer(json.loads(meta["target"]), cache_dir=cache_dir)
+    def __init__(self, members: list[checkpoint.Checkpoint], cache_dir: str | None = None):
+        if not members:
+            raise UserError("a predictor needs at least one checkpoint")
+        first = members[0]
+        for m in members[1:]:
+            if m.meta["target"] != first.meta["target"]:
+                raise UserError(f"ensemble members disagree on the target: {first.path} is for "
+                                f"{first.meta['target']}, {m.path} for {m.meta['target']}")
+        self.members = members
+        self.featurizer = featurize.Featurizer(json.loads(first.meta["target"]),
+                                               cache_dir=cache_dir)
+
+    @property
+    def meta(self) -> dict:
+        """The (first) checkpoint's self-description."""
+        return self.members[0].meta
+
+    @property
+    def target_kind(self) -> str:
+        return self.members[0].target_kind
 
     def __repr__(self) -> str:
         return (f"CostModelPredictor(featurizer={self.meta['featurizer_version']!r}, "
-                f"target={self.featurizer.target.kind.name!r}, split={self.meta['split']!r})")
+                f"target={self.target_kind!r}, split={self.meta['split']!r}, "
+                f"members={len(self.members)})")
 
     @classmethod
-    def load(cls, path: str, cache_dir: str | None = None) -> "CostModelPredictor":
-        """Load a checkpoint written by `train fit`.
+    def load(cls, paths: str | list[str], cache_dir: str | None = None,
+             target_kind: str | None = None) -> "CostModelPredictor":
+        """Load one checkpoint, or several as an ensemble (`costmodel.checkpoint.load` each).
 
         Raises:
-            UserError: missing file, not a cost-model checkpoint, or made by another featuriser.
+            UserError: a checkpoint that is missing, unsafe, of another format, featuriser,
+                architecture or (when `target_kind` is given) target kind; members that
+                disagree on the target.
         """
-        if not os.path.isfile(path):
-            raise UserError(f"checkpoint {path} does not exist")
-        try:
-            ckpt = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception as err:  # noqa: BLE001
-            raise UserError(f"{path} is not a readable checkpoint ({type(err).__name__})") \
-                from None
-        meta = ckpt.get(CHECKPOINT_KEY) if isinstance(ckpt, dict) else None
-        if meta is None:
-            raise UserError(f"{path} is not a cost-model checkpoint (no '{CHECKPOINT_KEY}' entry)")
-        if meta["featurizer_version"] != featurize.FEATURIZER_VERSION or \
-                meta["vocabulary"] != featurize.VOCABULARY:
-            raise UserError(f"{path} was trained with featuriser {meta['featurizer_version']}, "
-                            f"this version has {featurize.FEATURIZER_VERSION}: retrain it")
-        hp = ckpt["hyper_parameters"]
-        model = GraphSAGECostModel(
-            num_node_kinds=len(meta["vocabulary"]), num_node_features=len(meta["node_features"]),
-            num_edge_types=len(meta["edge_types"]),
-            num_program_features=len(meta["program_features"])
-            if hp["use_program_features"] else 0,
-            hidden=hp["hidden"], num_layers=hp["num_layers"], dropout=hp["dropout"])
-        model.load_state_dict({k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()
-                               if k.startswith("model.")})
-        return cls(model, Normalization.from_dict(meta["normalization"]), meta, dict(hp),
-                   cache_dir)
+        paths = [paths] if isinstance(paths, str) else list(paths)
+        return cls([checkpoint.load(p, target_kind) for p in paths], cache_dir)
 
     def save(self, path: str) -> None:
-        """Write a checkpoint that `load` reads back (as `train fit` writes them)."""
-        ckpt = {CHECKPOINT_KEY: self.meta, "hyper_parameters": self.hparams,
-                "state_dict": {f"model.{k}": v for k, v in self.model.state_dict().items()}}
-        tmp = f"{path}.tmp-{os.getpid()}"
-        torch.save(ckpt, tmp)
-        os.replace(tmp, path)
-
-    def _forward(self, batch) -> torch.Tensor:
-        return self.model(batch.node_kind, batch.x, batch.edge_index, batch.edge_type,
-                          batch.batch, batch.program if self.use_program_features else None)
+        """Write the (single) model as a checkpoint that `load` reads back."""
+        if len(self.members) != 1:
+            raise UserError(f"an ensemble of {len(self.members)} is saved as one checkpoint "
+                            "per member; save each member's predictor")
+        m = self.members[0]
+        checkpoint.save(path, m.model, m.meta, m.hparams)
 
     def predict_graphs(self, graphs: list) -> np.ndarray:
         """Latency in seconds for each `ProgramGraph`."""
@@ -101,27 +88,38 @@ class CostModelPredictor:
         """Latency in seconds and the network's graph embedding (the head's input) per graph.
 
         `graphs` may be any iterable (e.g. `Featurizer.iter_featurize`): batches of
-        PREDICT_BATCH are scored as soon as they are there.
+        PREDICT_BATCH are scored as soon as they are there. Results leave the device the
+        network runs on.
         """
         from torch_geometric.data import Batch
 
-        self.model.eval()
-        seconds, embeddings = [], []
+        width = sum(m.model.embedding_size for m in self.members)
+        log_seconds, embeddings = [], []
         graphs = iter(graphs)
         while chunk := list(itertools.islice(graphs, PREDICT_BATCH)):
-            batch = Batch.from_data_list([self.normalization.data(g) for g in chunk])
-            emb = self.model.embed(batch.node_kind, batch.x, batch.edge_index, batch.edge_type,
-                                   batch.batch,
-                                   batch.program if self.use_program_features else None)
-            seconds.append(self.normalization.latency(self.model.head(emb).squeeze(-1),
-                                                      batch.offset))
-            embeddings.append(emb.numpy())
-        if not seconds:
-            return np.zeros(0), np.zeros((0, self.model.head[0].in_features))
-        return np.concatenate(seconds), np.concatenate(embeddings)
+            logs, embs = [], []
+            for m in self.members:
+                m.model.eval()
+                device = next(m.model.parameters()).device
+                batch = Batch.from_data_list([m.normalization.data(g) for g in chunk]).to(device)
+                emb = m.model.embed(batch.node_kind, batch.x, batch.edge_index, batch.edge_type,
+                                    batch.batch, self._program(m, batch))
+                logs.append(m.normalization.log_latency(m.model.head(emb).squeeze(-1),
+                                                        batch.offset))
+                embs.append(emb.detach().cpu().numpy())
+            log_seconds.append(np.mean(logs, axis=0))
+            embeddings.append(np.concatenate(embs, axis=1))
+        if not log_seconds:
+            return np.zeros(0), np.zeros((0, width))
+        return np.exp(np.concatenate(log_seconds)), np.concatenate(embeddings)
+
+    @staticmethod
+    def _program(member, batch):
+        return batch.program if member.model.architecture.get("num_program_features") else None
 
     def adapt(self, graphs: list, latencies, groups, steps: int, lr: float) -> float:
-        """Fine-tune on measured programs (full-batch Adam, MSE + rank loss); the last loss.
+        """Fine-tune every member on measured programs (full-batch Adam, each member's own
+        MSE + rank loss settings); the last loss, averaged over members.
 
         Args:
             graphs: `ProgramGraph`s of measured programs.
@@ -134,20 +132,27 @@ class CostModelPredictor:
 
         from costmodel.losses import cost_model_loss
 
-        batch = Batch.from_data_list([self.normalization.data(g, lat, grp)
-                                      for g, lat, grp in zip(graphs, latencies, groups)])
-        optimizer = torch.optim.Adam(self.model.parameters(), lr=lr)
-        self.model.train()
-        loss = torch.zeros(())
-        for _ in range(steps):
-            optimizer.zero_grad()
-            loss, _ = cost_model_loss(self._forward(batch), batch.y, batch.group,
-                                      self.hparams["mse_weight"], self.hparams["rank_weight"],
-                                      self.hparams["rank_loss"])
-            loss.backward()
-            optimizer.step()
-        self.model.eval()
-        return float(loss.detach())
+        losses = []
+        for m in self.members:
+            device = next(m.model.parameters()).device
+            batch = Batch.from_data_list([m.normalization.data(g, lat, grp) for g, lat, grp
+                                          in zip(graphs, latencies, groups)]).to(device)
+            optimizer = torch.optim.Adam(m.model.parameters(), lr=lr)
+            m.model.train()
+            loss = torch.zeros(())
+            for _ in range(steps):
+                optimizer.zero_grad()
+                pred = m.model(batch.node_kind, batch.x, batch.edge_index, batch.edge_type,
+                               batch.batch, self._program(m, batch))
+                loss, _ = cost_model_loss(pred, batch.y, batch.group,
+                                          m.hparams.get("mse_weight", 1.0),
+                                          m.hparams.get("rank_weight", 1.0),
+                                          m.hparams.get("rank_loss", "logistic"))
+                loss.backward()
+                optimizer.step()
+            m.model.eval()
+            losses.append(float(loss.detach().cpu()))
+        return float(np.mean(losses))
 
     def predict(self, schedules: list) -> np.ndarray:
         """Latency in seconds for scheduled IRModules or `tvm.s_tir.Schedule`s."""

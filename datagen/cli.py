@@ -12,14 +12,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from datagen.tvm_env import UserError, run_command
+from datagen.builder import DEFAULT_BUILD_TIMEOUT_SEC
+from datagen.collect import DEFAULT_BATCH_SIZE, DEFAULT_EVOLVE_FRACTION, DEFAULT_PER_WORKLOAD
+from datagen.errors import UserError, run_command
+from datagen.measure import DEFAULT_PROTOCOL, DEFAULT_RUN_TIMEOUT_SEC
 
 DEFAULT_OUT = "data/default"
 
 
 def _collect(args) -> int:
     from datagen.collect import CollectConfig, collect
-    from datagen.measure import DEFAULT_PROTOCOL, Tracker
+    from datagen.measure import Tracker
     from datagen.tvm_env import make_target
     from datagen.workloads import resolve
 
@@ -107,18 +110,24 @@ def build_parser() -> argparse.ArgumentParser:
                    "CPU; with --tracker, give the target of the remote device)")
     p.add_argument("--torch-model", metavar="PT2", help="also collect every task of a "
                    "torch.export program saved with torch.export.save")
-    p.add_argument("--per-workload", type=int, default=32, help="candidates per workload")
-    p.add_argument("--batch-size", type=int, default=16, help="candidates per round and shard")
-    p.add_argument("--evolve-fraction", type=float, default=0.5,
+    p.add_argument("--per-workload", type=int, default=DEFAULT_PER_WORKLOAD,
+                   help="candidates per workload")
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+                   help="candidates per round and shard")
+    p.add_argument("--evolve-fraction", type=float, default=DEFAULT_EVOLVE_FRACTION,
                    help="share of each round after the first mutated from the best schedules")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, help="runtime threads (default: TVM_NUM_THREADS or "
                    "all usable cores)")
-    p.add_argument("--repeat", type=int, default=5, help="timed repeats per candidate")
-    p.add_argument("--min-repeat-ms", type=int, default=20, help="minimum length of a repeat")
+    p.add_argument("--repeat", type=int, default=DEFAULT_PROTOCOL["repeat"],
+                   help="timed repeats per candidate")
+    p.add_argument("--min-repeat-ms", type=int, default=DEFAULT_PROTOCOL["min_repeat_ms"],
+                   help="minimum length of a repeat")
     p.add_argument("--build-workers", type=int, help="builder processes (default: cores)")
-    p.add_argument("--build-timeout", type=float, default=10.0, help="seconds per build")
-    p.add_argument("--run-timeout", type=float, default=10.0, help="seconds per measurement")
+    p.add_argument("--build-timeout", type=float, default=DEFAULT_BUILD_TIMEOUT_SEC,
+                   help="seconds per build")
+    p.add_argument("--run-timeout", type=float, default=DEFAULT_RUN_TIMEOUT_SEC,
+                   help="seconds per measurement")
     p.add_argument("--tracker", metavar="HOST:PORT", help="measure through this RPC tracker")
     p.add_argument("--key", help="device key to request from the tracker")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -148,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_command("datagen", args)
+    return run_command("datagen", args.func, args)
 
 
 if __name__ == "__main__":

@@ -12,17 +12,19 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-import math
-import statistics
 import sys
 import time
 
 from datagen import records
-from datagen.measure import OK, Measurer, MeasureResult, Tracker
+from datagen.measure import (DEFAULT_RUN_TIMEOUT_SEC, OK, Measurer, MeasureResult, Tracker,
+                             latency_stats)
 from datagen.sampler import Candidate, ScheduleSampler, derive_seed
 from datagen.tvm_env import host_cpu_model, target_json, versions
 from datagen.workloads import Workload
 
+DEFAULT_PER_WORKLOAD = 32
+DEFAULT_BATCH_SIZE = 16
+DEFAULT_EVOLVE_FRACTION = 0.5
 STATE_COLUMNS = ["workload_key", "target", "trace_hash", "status", "latency_median", "trace",
                  "round"]
 
@@ -49,9 +51,9 @@ class CollectConfig:
     out: str
     workloads: list[Workload]
     target: object
-    per_workload: int = 64
-    batch_size: int = 16
-    evolve_fraction: float = 0.5
+    per_workload: int = DEFAULT_PER_WORKLOAD
+    batch_size: int = DEFAULT_BATCH_SIZE
+    evolve_fraction: float = DEFAULT_EVOLVE_FRACTION
     random_rounds: int = 1
     top_k: int = 8
     seed: int = 0
@@ -60,7 +62,7 @@ class CollectConfig:
     num_threads: int | None = None
     build_workers: int | None = None
     build_timeout: float | None = None
-    run_timeout: float = 10.0
+    run_timeout: float = DEFAULT_RUN_TIMEOUT_SEC
 
 
 @dataclasses.dataclass
@@ -107,19 +109,15 @@ def load_state(out: str, target_text: str) -> dict[str, WorkloadState]:
 
 def _row(w: Workload, definition: str, cand: Candidate, res: MeasureResult, round_: int,
          context: dict) -> dict:
-    lat = res.latencies
-    ok = res.status == OK
-    mean = statistics.fmean(lat) if ok else math.nan
-    std = statistics.pstdev(lat) if ok else math.nan
+    lat = res.latencies if res.status == OK else []
     return {
         **context,
         "workload_key": w.key, "family": w.family, "workload_params": w.params_json,
         "workload_ir": definition, "network": w.network, "workload_weight": w.weight,
         "trace": cand.trace_json, "trace_hash": cand.trace_hash, "origin": cand.origin,
         "parent_hash": cand.parent_hash, "mutator": cand.mutator, "round": round_,
-        "status": res.status, "error": res.error, "latencies": lat,
-        "latency_median": statistics.median(lat) if ok else math.nan,
-        "latency_std": std, "latency_cv": std / mean if ok else math.nan,
+        "status": res.status, "error": res.error, "latencies": res.latencies,
+        **latency_stats(lat),
         "build_secs": res.build_secs, "run_secs": res.run_secs,
         "collected_at": datetime.datetime.now(datetime.timezone.utc),
     }

@@ -4,16 +4,22 @@ Protocol (MetaSchedule's evaluator): one warm-up run, then `repeat` timed repeat
 mean of `number` runs, with `number` raised until a repeat lasts at least `min_repeat_ms`.
 Every repeat is kept. A batch is built first and measured after, never both at once, so no
 build of the collector competes for the cores being timed.
+
+`run_latency` and `latency_stats` are the one definition of a measured latency everywhere in
+the project: the median of the timed repeats, with MetaSchedule's failure sentinel (a failed
+run reports 1e10 s) meaning no latency at all.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
+import statistics
 import time
 
-from datagen.tvm_env import UserError
+from datagen.errors import UserError
 
 DEFAULT_PROTOCOL = {"warmup": 1, "repeat": 5, "number": 1, "min_repeat_ms": 20}
 DEFAULT_RUN_TIMEOUT_SEC = 10.0
@@ -25,6 +31,32 @@ BUILD_ERROR, BUILD_TIMEOUT = "build_error", "build_timeout"
 RUN_ERROR, RUN_TIMEOUT = "run_error", "run_timeout"
 STATUSES = (OK, BUILD_ERROR, BUILD_TIMEOUT, RUN_ERROR, RUN_TIMEOUT)
 MAX_ERROR_CHARS = 2000
+# MetaSchedule reports a failed run as 1e10 s: a repeat this long is a failure, not a time
+FAILED_SECS = 1e9
+
+
+def run_latency(run_secs, error_msg: str | None = None) -> float | None:
+    """The latency of one measured candidate in seconds: the median of its timed repeats.
+
+    None when it failed: an error message, no repeats, or a repeat that is not finite, not
+    positive, or MetaSchedule's failure sentinel.
+    """
+    secs = [float(s) for s in (run_secs or [])]
+    if error_msg is not None or not secs or \
+            not all(math.isfinite(s) and 0 < s < FAILED_SECS for s in secs):
+        return None
+    return statistics.median(secs)
+
+
+def latency_stats(latencies) -> dict[str, float]:
+    """A record's latency columns: median, population std and its ratio to the mean (NaN for a
+    failed measurement)."""
+    median = run_latency(latencies)
+    if median is None:
+        return {"latency_median": math.nan, "latency_std": math.nan, "latency_cv": math.nan}
+    std = statistics.pstdev(latencies)
+    return {"latency_median": median, "latency_std": std,
+            "latency_cv": std / statistics.fmean(latencies)}
 
 
 @dataclasses.dataclass
@@ -71,6 +103,11 @@ class Tracker:
                             f"{self.key!r} (keys: {', '.join(sorted(keys)) or 'none'})")
 
 
+def _use_threads(num_threads: int) -> None:
+    """Runner worker initializer: the TVM runtime reads its thread count when it starts."""
+    os.environ["TVM_NUM_THREADS"] = str(num_threads)
+
+
 def _classify_run_error(message: str) -> str:
     return RUN_TIMEOUT if "Timeout" in message else RUN_ERROR
 
@@ -111,9 +148,10 @@ class Measurer:
         self.builder = PersistentBuilder(target.kind.name, build_workers,
                                          build_timeout or DEFAULT_BUILD_TIMEOUT_SEC)
         if tracker is None:
-            # the runner's worker process reads the thread count when it starts
-            os.environ["TVM_NUM_THREADS"] = str(self.num_threads)
-            self.runner = LocalRunner(timeout_sec=run_timeout, evaluator_config=evaluator)
+            # set in the runner's worker process only, not in this one
+            self.runner = LocalRunner(timeout_sec=run_timeout, evaluator_config=evaluator,
+                                      initializer=functools.partial(_use_threads,
+                                                                    self.num_threads))
         else:
             tracker.check()
             config = RPCConfig(tracker.host, tracker.port, tracker.key,
@@ -152,7 +190,7 @@ class Measurer:
                                              run_secs))
                 continue
             latencies = [float(x) for x in run.run_secs]
-            if not latencies or not all(math.isfinite(x) and x > 0 for x in latencies):
+            if run_latency(latencies) is None:
                 results.append(MeasureResult(RUN_ERROR, latencies, "non-finite latency",
                                              build_secs, run_secs))
                 continue

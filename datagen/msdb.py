@@ -13,23 +13,20 @@ import datetime
 import json
 import math
 import os
-import statistics
 
 from datagen import records
-from datagen.measure import OK, RUN_ERROR
+from datagen.measure import OK, RUN_ERROR, latency_stats, run_latency
+from datagen.errors import UserError
 from datagen.sampler import hash_text, trace_hash, trace_to_json
-from datagen.tvm_env import UserError, target_json, to_python, versions
+from datagen.tvm_env import target_json, to_python, versions
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
-# MetaSchedule stores failed measurements as this many seconds
-FAILED_RUN_SECS = 1e9
 IMPORT_BATCH = 512
 
 
 def _registry_index() -> dict:
     """Structural hash -> registry workload, to give imported modules their registry key."""
-    import tvm
     import tvm_ffi
 
     from datagen.workloads import SUITES
@@ -78,9 +75,7 @@ def import_database(workload_json: str, record_json: str, out: str) -> int:
                 continue
             seen.add((key, digest))
             lat = [float(x) for x in (rec.run_secs or [])]
-            ok = bool(lat) and all(math.isfinite(x) and 0 < x < FAILED_RUN_SECS for x in lat)
-            mean = statistics.fmean(lat) if ok else math.nan
-            std = statistics.pstdev(lat) if ok else math.nan
+            ok = run_latency(lat) is not None
             target = rec.target
             rows.append({
                 "workload_key": key, "family": known.family if known else "imported",
@@ -92,8 +87,7 @@ def import_database(workload_json: str, record_json: str, out: str) -> int:
                 "cpu_model": "", "num_threads": 0, "trace": trace, "trace_hash": digest,
                 "origin": "imported", "parent_hash": "", "mutator": "", "round": 0,
                 "status": OK if ok else RUN_ERROR, "error": "" if ok else "failed in source",
-                "latencies": lat, "latency_median": statistics.median(lat) if ok else math.nan,
-                "latency_std": std, "latency_cv": std / mean if ok else math.nan,
+                "latencies": lat, **latency_stats(lat),
                 "build_secs": math.nan, "run_secs": math.nan, "protocol": "{}", "seed": 0,
                 "tvm_version": ver["tvm"], "tvm_ffi_version": ver["tvm_ffi"],
                 "project_version": ver["project"],

@@ -51,7 +51,7 @@ import uuid
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from datagen.tvm_env import UserError
+from datagen.errors import UserError
 
 SCHEMA_VERSION = 1
 SCHEMA_KEY = b"tvm_costmodel.schema_version"

@@ -6,7 +6,7 @@ import pandas as pd
 
 from datagen.measure import OK
 from datagen.records import read_records
-from datagen.tvm_env import UserError
+from datagen.errors import UserError
 
 COLUMNS = ["workload_key", "family", "status", "origin", "latency_median", "latency_cv",
            "target_kind", "cpu_model", "num_threads", "protocol", "collected_at"]

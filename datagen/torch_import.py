@@ -14,7 +14,8 @@ import os
 import re
 import zipfile
 
-from datagen.tvm_env import UserError, load_tensor_intrinsics
+from datagen.errors import UserError
+from datagen.tvm_env import load_tensor_intrinsics
 from datagen.workloads import Workload
 
 

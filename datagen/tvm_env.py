@@ -18,21 +18,10 @@ import sys
 import types
 from typing import Any
 
+from datagen.errors import UserError
+
 _INTRIN_PACKAGE = "tvm.s_tir.tensor_intrin"
 _INTRIN_MODULES = {"llvm": ("x86", "arm_cpu"), "cuda": ("cuda",)}
-
-
-class UserError(Exception):
-    """A mistake in what the user asked for: reported as one line, exit status 2."""
-
-
-def run_command(prog: str, args) -> int:
-    """Run a parsed command line's `args.func(args)`; a `UserError` becomes one line, status 2."""
-    try:
-        return args.func(args)
-    except UserError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        return 2
 
 
 def load_tensor_intrinsics(target_kind: str) -> None:

@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable
 from functools import cached_property
 
-from datagen.tvm_env import UserError
+from datagen.errors import UserError
 
 DTYPE = "float32"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -14,11 +15,17 @@ import pytest
 CLI_TIMEOUT_SEC = 600
 
 
+# each command's entry point, as pyproject.toml installs it
+COMMANDS = {"datagen": ("datagen.cli", "main"), "tune": ("tuning.cli", "main"),
+            "train": ("training.cli", "main"), "costmodel": ("training.cli", "costmodel_main")}
+
+
 def run_cli(*args: str, cwd=None, check: bool = False,
             prog: str = "datagen") -> subprocess.CompletedProcess:
     """Run `PROG ARGS...` (datagen, tune, ...) as a user would, returning the finished process."""
-    module = {"datagen": "datagen.cli", "tune": "tuning.cli", "costmodel": "costmodel.cli"}[prog]
-    proc = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd,
+    module, func = COMMANDS[prog]
+    code = f"import sys; from {module} import {func}; sys.exit({func}(sys.argv[1:]))"
+    proc = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd,
                           capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC)
     if check and proc.returncode != 0:
         raise AssertionError(f"{prog} {' '.join(args)} failed:\n{proc.stderr}")
@@ -57,9 +64,10 @@ def kill_tree(proc: subprocess.Popen) -> None:
     proc.wait(timeout=10)
 
 
-@pytest.fixture
-def rpc_tracker():
-    """A TVM RPC tracker and one CPU server registered under key 'loopback-cpu'."""
+@contextlib.contextmanager
+def loopback_rpc():
+    """A TVM RPC tracker and one CPU server registered under key 'loopback-cpu'; on exit both
+    are stopped with every process they started."""
     from tvm import rpc
 
     port = free_port()
@@ -95,6 +103,13 @@ def rpc_tracker():
         for proc in (server, tracker):
             if proc is not None:
                 kill_tree(proc)
+
+
+@pytest.fixture
+def rpc_tracker():
+    """`loopback_rpc` for one test."""
+    with loopback_rpc() as info:
+        yield info
 
 
 @pytest.fixture(scope="session")

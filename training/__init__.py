@@ -1,6 +1,8 @@
-"""training: Lightning training (`train fit --config ...`), metrics and the baselines.
+"""training: Lightning training (`train fit --config ...`), evaluation, metrics and baselines.
 
 - `data`: the dataset as a LightningDataModule (splits, normalisation, workload batches).
-- `module`: the LightningModule around `costmodel.model.GraphSAGECostModel`.
+- `module`: the LightningModule around a network of `costmodel.model`.
 - `metrics`: the field's cost-model metrics; `baselines`: MetaSchedule's XGBModel on our data.
+- `evaluate`: `costmodel evaluate`, checkpoints against the baseline on held-out workloads.
+- `cli`: the `train` and `costmodel` commands.
 """

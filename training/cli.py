@@ -1,29 +1,91 @@
-"""`train`: LightningCLI over `CostModelModule` and `ScheduleDataModule`.
+"""The `train` and `costmodel` commands.
 
     train fit --config configs/graphsage.yaml
     train fit --config configs/graphsage.yaml --trainer.fast_dev_run true
     train fit --config configs/graphsage.yaml --trainer.strategy ddp --trainer.devices 2
+    train fit --config configs/graphsage.yaml --trainer.accelerator gpu --trainer.devices 1
+
+    costmodel evaluate CHECKPOINT [CHECKPOINT ...] --dataset DIR --out DIR [--split shapes]
+    costmodel convert OLD.ckpt NEW.ckpt
+
+`train` is LightningCLI over `CostModelModule` and `ScheduleDataModule`. `costmodel evaluate`
+scores checkpoints against MetaSchedule's XGBoost model on held-out workloads; `costmodel
+convert` rewrites a checkpoint of an older format in the current one.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 
-from lightning.pytorch.cli import LightningCLI
+from datagen.errors import run_command
 
-from datagen.tvm_env import UserError
-from training.data import ScheduleDataModule
-from training.module import CostModelModule
+
+def _fit(args: list[str] | None) -> int:
+    from lightning.pytorch.cli import LightningCLI
+
+    from training.data import ScheduleDataModule
+    from training.module import CostModelModule
+
+    LightningCLI(CostModelModule, ScheduleDataModule, seed_everything_default=0,
+                 save_config_kwargs={"overwrite": True}, args=args)
+    return 0
 
 
 def main(args: list[str] | None = None) -> int:
-    try:
-        LightningCLI(CostModelModule, ScheduleDataModule, seed_everything_default=0,
-                     save_config_kwargs={"overwrite": True}, args=args)
-    except UserError as err:
-        print(f"train: error: {err}", file=sys.stderr)
-        return 2
+    """`train`: LightningCLI (fit, validate, test, predict)."""
+    return run_command("train", _fit, args)
+
+
+def _evaluate(args) -> int:
+    from training.evaluate import evaluate
+
+    report = evaluate(args.checkpoints, args.dataset, args.out, args.split, args.test_fraction,
+                      args.test_families, args.seed, baseline=not args.no_baseline,
+                      test_networks=args.test_networks, ensemble=args.ensemble)
+    for name, m in report["models"].items():
+        cells = ", ".join(f"{k} {v:.3f}" for k, v in m["mean"].items() if v is not None)
+        print(f"{name}: {cells}")
+    print(f"report: {args.out}/report.md")
     return 0
+
+
+def _convert(args) -> int:
+    from costmodel.checkpoint import FORMAT_VERSION, convert
+
+    convert(args.source, args.destination)
+    print(f"wrote {args.destination} (format {FORMAT_VERSION})")
+    return 0
+
+
+def costmodel_main(argv: list[str] | None = None) -> int:
+    """`costmodel`: evaluate and convert checkpoints."""
+    from training.data import SPLITS
+
+    parser = argparse.ArgumentParser(prog="costmodel", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("evaluate", help="score checkpoints and the XGBoost baseline")
+    p.add_argument("checkpoints", nargs="+", help="one checkpoint per training seed")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--out", required=True, help="folder for report.json, report.md, plots")
+    p.add_argument("--split", choices=SPLITS,
+                   help="default: the split the first checkpoint was trained on")
+    p.add_argument("--test-fraction", type=float, default=0.2)
+    p.add_argument("--test-families", nargs="*", help="hold these out (implies --split family)")
+    p.add_argument("--test-networks", nargs="*",
+                   help="hold these networks out (implies --split network)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ensemble", action="store_true",
+                   help="score the checkpoints as one ensemble (mean log-latency)")
+    p.add_argument("--no-baseline", action="store_true", help="skip MetaSchedule's XGBModel")
+    p.set_defaults(func=_evaluate)
+    p = sub.add_parser("convert", help="rewrite an older-format checkpoint in the current format")
+    p.add_argument("source")
+    p.add_argument("destination")
+    p.set_defaults(func=_convert)
+    args = parser.parse_args(argv)
+    return run_command("costmodel", args.func, args)
 
 
 if __name__ == "__main__":

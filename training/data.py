@@ -2,7 +2,9 @@
 
 Splits hold out whole workloads, so the test side is programs the model never saw:
 - "shapes": a `test_fraction` of the workloads of every family (held-out shapes);
-- "family": every workload of the `test_families` (held-out operator families).
+- "family": every workload of the `test_families` (held-out operator families);
+- "network": every workload of the `test_networks` (held-out networks); a workload that also
+  occurs in another network is trained on, so it never counts as held out.
 A `val_fraction` of the remaining training workloads validates. Normalisation (node, program
 and target statistics) is fitted on the training split only and travels with the checkpoint.
 Training batches hold `per_workload` records of each of `workloads_per_batch` workloads, so
@@ -20,11 +22,12 @@ import torch
 
 from costmodel.normalization import Normalization
 from datagen.measure import OK
-from datagen.tvm_env import UserError
+from datagen.errors import UserError
 
-SPLITS = ("shapes", "family")
-RECORD_COLUMNS = ["workload_key", "family", "workload_ir", "trace", "trace_hash", "status",
-                  "latency_median", "latencies", "workload_weight", "target"]
+SPLITS = ("shapes", "family", "network")
+RECORD_COLUMNS = ["workload_key", "family", "network", "workload_ir", "trace", "trace_hash",
+                  "status", "latency_median", "latencies", "workload_weight", "target"]
+NETWORK_SEPARATOR = ","  # a workload shared by several networks lists them all
 
 
 def usable(frame: pd.DataFrame) -> tuple[pd.DataFrame, int]:
@@ -34,22 +37,39 @@ def usable(frame: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     return frame[keep].reset_index(drop=True), int((~keep).sum())
 
 
+def networks_of(frame: pd.DataFrame) -> dict[str, set[str]]:
+    """Every network each workload key occurs in."""
+    out: dict[str, set[str]] = {}
+    for key, network in zip(frame.workload_key, frame.network):
+        out.setdefault(key, set()).update(
+            n for n in str(network or "").split(NETWORK_SEPARATOR) if n)
+    return out
+
+
 def split_workloads(frame: pd.DataFrame, split: str, test_fraction: float,
-                    test_families: list[str], val_fraction: float,
-                    seed: int) -> dict[str, list[str]]:
-    """Workload keys of the train, val and test sides.
+                    test_families: list[str], val_fraction: float, seed: int,
+                    test_networks: list[str] | None = None) -> dict[str, list[str]]:
+    """Workload keys of the train, val and test sides; the three never share a key.
 
     Raises:
-        UserError: unknown split or family, or a side left empty.
+        UserError: unknown split, family or network, or a side left empty.
     """
     rng = np.random.default_rng(seed)
     families = frame.groupby("family").workload_key.unique()
-    if split == "shapes":
+    if split == "network":
+        nets = networks_of(frame)
+        known = set().union(*nets.values()) if nets else set()
+        unknown = sorted(set(test_networks or []) - known)
+        if unknown or not test_networks:
+            raise UserError(f"test_networks {unknown or test_networks or []} not in the dataset "
+                            f"(networks: {', '.join(sorted(known)) or 'none'})")
+        test = sorted(k for k, n in nets.items() if n and n <= set(test_networks))
+    elif split == "shapes":
         test = []
         for fam in sorted(families.index):
             keys = sorted(families[fam])
             n = int(round(len(keys) * test_fraction)) if len(keys) > 1 else 0
-            test += list(rng.permutation(keys)[:n])
+            test += [str(k) for k in rng.permutation(keys)[:n]]
     elif split == "family":
         unknown = sorted(set(test_families) - set(families.index))
         if unknown or not test_families:
@@ -60,9 +80,10 @@ def split_workloads(frame: pd.DataFrame, split: str, test_fraction: float,
         raise UserError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
     rest = sorted(set(frame.workload_key) - set(test))
     n_val = int(round(len(rest) * val_fraction))
-    val = list(rng.permutation(rest)[:n_val])
+    val = [str(k) for k in rng.permutation(rest)[:n_val]]
     sides = {"train": sorted(set(rest) - set(val)), "val": sorted(val), "test": sorted(test)}
-    empty = [name for name, keys in sides.items() if not keys]
+    empty = [name for name, keys in sides.items()
+             if not keys and (name != "val" or val_fraction > 0)]
     if empty:
         raise UserError(f"split {split!r} leaves {', '.join(empty)} empty "
                         f"({frame.workload_key.nunique()} workloads); change the fractions "
@@ -120,9 +141,11 @@ class ScheduleDataModule(L.LightningDataModule):
 
     Args:
         dataset: dataset folder written by `datagen collect`.
-        split: "shapes" (held-out workloads of every family) or "family" (held-out families).
+        split: "shapes" (held-out workloads of every family), "family" (held-out families)
+            or "network" (held-out networks).
         test_fraction: share of each family's workloads held out ("shapes").
         test_families: families held out ("family").
+        test_networks: networks held out ("network").
         val_fraction: share of the remaining workloads used for validation.
         workloads_per_batch: workloads in one training batch.
         per_workload: records of each workload in one training batch.
@@ -137,7 +160,7 @@ class ScheduleDataModule(L.LightningDataModule):
                  test_fraction: float = 0.2, test_families: list[str] | None = None,
                  val_fraction: float = 0.1, workloads_per_batch: int = 8,
                  per_workload: int = 16, cache_dir: str = ".cache/features", seed: int = 0,
-                 per_flop: bool = False):
+                 per_flop: bool = False, test_networks: list[str] | None = None):
         super().__init__()
         self.save_hyperparameters()
         self.normalization: Normalization | None = None
@@ -171,7 +194,7 @@ class ScheduleDataModule(L.LightningDataModule):
         frame = frame[frame.graph.notna()].reset_index(drop=True)
         self.dropped += len(failed)
         self.sides = split_workloads(frame, hp.split, hp.test_fraction, hp.test_families or [],
-                                     hp.val_fraction, hp.seed)
+                                     hp.val_fraction, hp.seed, hp.test_networks)
         self.frames = {name: frame[frame.workload_key.isin(keys)].reset_index(drop=True)
                        for name, keys in self.sides.items()}
         train = self.frames["train"]

@@ -1,4 +1,4 @@
-"""The LightningModule: loss, optimiser and metrics around the plain `GraphSAGECostModel`."""
+"""The LightningModule: loss, optimiser and metrics around a plain network of `costmodel.model`."""
 
 from __future__ import annotations
 
@@ -6,18 +6,17 @@ import lightning as L
 import numpy as np
 import torch
 
-from costmodel import featurize
+from costmodel import checkpoint, featurize
 from costmodel.losses import RANK_LOSSES, cost_model_loss
-from costmodel.model import GraphSAGECostModel
-from costmodel.predictor import CHECKPOINT_KEY
+from costmodel.model import MODELS
 from training.metrics import kendall_tau
 
 
-
 class CostModelModule(L.LightningModule):
-    """Trains a GraphSAGE cost model with MSE on normalised log-latency plus a rank loss.
+    """Trains a cost model with MSE on normalised log-latency plus a rank loss.
 
     Args:
+        architecture: the network, a name in `costmodel.model.MODELS`.
         hidden: width of node embeddings.
         num_layers: message-passing layers.
         dropout: dropout in the head.
@@ -26,19 +25,18 @@ class CostModelModule(L.LightningModule):
         weight_decay: AdamW weight decay.
         mse_weight: weight of the MSE term.
         rank_weight: weight of the pairwise rank term.
-        rank_loss: "logistic" or "hinge".
+        rank_loss: a name in `costmodel.losses.RANK_LOSSES` ("logistic", "hinge").
     """
 
-    def __init__(self, hidden: int = 128, num_layers: int = 3, dropout: float = 0.1,
+    def __init__(self, architecture: str = "graphsage", hidden: int = 128, num_layers: int = 3, dropout: float = 0.1,
                  use_program_features: bool = True, lr: float = 1e-3,
                  weight_decay: float = 1e-4, mse_weight: float = 1.0, rank_weight: float = 1.0,
                  rank_loss: str = "logistic"):
         super().__init__()
-        if rank_loss not in RANK_LOSSES:
-            raise ValueError(f"rank_loss must be one of {', '.join(RANK_LOSSES)}")
+        RANK_LOSSES.get(rank_loss)  # an unknown name fails here, before any data is read
         self.save_hyperparameters()
-        self.model = GraphSAGECostModel(
-            num_node_kinds=len(featurize.VOCABULARY),
+        self.model = MODELS.create(
+            architecture, num_node_kinds=len(featurize.VOCABULARY),
             num_node_features=featurize.NUM_NODE_FEATURES,
             num_edge_types=len(featurize.EDGE_TYPES),
             num_program_features=featurize.NUM_PROGRAM_FEATURES if use_program_features else 0,
@@ -93,18 +91,9 @@ class CostModelModule(L.LightningModule):
         return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr,
                                  weight_decay=self.hparams.weight_decay)
 
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """Make the checkpoint self-describing: featuriser, vocabulary, normalisation."""
+    def on_save_checkpoint(self, ckpt: dict) -> None:
+        """Make the checkpoint self-describing (`costmodel.checkpoint` reads it back)."""
         data = self.trainer.datamodule
-        checkpoint[CHECKPOINT_KEY] = {
-            "featurizer_version": featurize.FEATURIZER_VERSION,
-            "vocabulary": dict(featurize.VOCABULARY),
-            "node_features": list(featurize.NODE_FEATURES),
-            "program_features": list(featurize.PROGRAM_FEATURES),
-            "edge_types": list(featurize.EDGE_TYPES),
-            "normalization": data.normalization.to_dict(),
-            "target": data.frames["train"].target.iloc[0],
-            "dataset": data.hparams.dataset,
-            "split": data.hparams.split,
-            "sides": data.sides,
-        }
+        ckpt[checkpoint.META_KEY] = checkpoint.describe(
+            self.model, data.normalization, data.frames["train"].target.iloc[0],
+            data.hparams.dataset, data.hparams.split, data.sides)

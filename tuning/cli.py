@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 
-from datagen.tvm_env import UserError, run_command
+from datagen.errors import UserError, run_command
 
 DEFAULT_COMPARE_WORKLOAD = "conv2d/h28_w28_ci128_co128_k3_stride1_pad1"
 
@@ -47,7 +47,7 @@ def _setup(args):
     """Target, measurer and predictor (when the tuners need one) from the common options."""
     from datagen.measure import Measurer, Tracker
     from datagen.tvm_env import make_target
-    from tuning.tuner import NEEDS_CHECKPOINT, load_predictor
+    from tuning.tuner import TUNERS, load_predictor
 
     if args.trials < 1:
         raise UserError(f"--trials must be at least 1, not {args.trials}")
@@ -55,27 +55,27 @@ def _setup(args):
     tracker = Tracker.parse(args.tracker, args.key) if args.tracker else None
     tuners = getattr(args, "tuners", None) or [args.tuner]
     predictor = None
-    if any(t in NEEDS_CHECKPOINT for t in tuners):
-        predictor = load_predictor(args.checkpoint)
-        kind = predictor.featurizer.target.kind.name
-        if kind != target.kind.name:
-            raise UserError(f"checkpoint {args.checkpoint or 'shipped default'} was trained for "
-                            f"{kind} targets, not {target.kind.name}; pass --checkpoint of a "
-                            f"model trained on {target.kind.name} measurements")
+    if any(TUNERS.get(t).needs_checkpoint for t in tuners):
+        predictor = load_predictor(args.checkpoint, target_kind=target.kind.name)
     measurer = Measurer(target, tracker=tracker, num_threads=args.threads)
     return target, measurer, predictor
 
 
 def _write_best(database, mod, target, work_dir: str) -> float | None:
-    """Write the best schedule's TIR to best_schedule.py; its latency, None if none ran."""
+    """Write the best schedule's TIR to best_schedule.py; its latency, None if none ran.
+
+    The best is MetaSchedule's (the lowest mean of the repeats); its latency is ours (their
+    median), as in the tuning curve.
+    """
+    from datagen.measure import run_latency
+
     record = database.query_tuning_record(mod, target, workload_name="main")
     if record is None:
         return None
     sch = database.query_schedule(mod, target, workload_name="main")
     with open(os.path.join(work_dir, "best_schedule.py"), "w") as f:
         f.write(sch.mod.script())
-    secs = [float(s) for s in record.run_secs]
-    return sum(secs) / len(secs)
+    return run_latency(record.run_secs)
 
 
 def _plot_one(curve: list[float], path: str, title: str) -> None:
@@ -138,7 +138,8 @@ def _run_torch(args, target, measurer, predictor) -> int:
     compile_network(db, mod, target).export_library(library)
     print(f"{args.torch_model}: {sum(len(c) for c in curves.values())} trials over "
           f"{len(curves)} tasks; database in {wd}, the tuned network in {library} (run it "
-          "with tvm.relax.VirtualMachine(tvm.runtime.load_module(path), tvm.cpu()))")
+          "with tvm.relax.VirtualMachine(tvm.runtime.load_module(path), "
+          f"tvm.device({target.kind.name!r})))")
     return 0
 
 
@@ -173,7 +174,8 @@ def _compare(args) -> int:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trials", type=int, default=32, help="measured trials per workload")
     p.add_argument("--out", default="tuning-runs", help="output folder")
-    p.add_argument("--checkpoint", help="cost-model checkpoint (default: the shipped one)")
+    p.add_argument("--checkpoint", action="append", help="cost-model checkpoint (default: "
+                   "the shipped one); give it again for a seed ensemble of several")
     p.add_argument("--target", help="TVM target (default: this machine's CPU)")
     p.add_argument("--tracker", help="RPC tracker host:port, to measure on a remote device")
     p.add_argument("--key", help="device key registered with the tracker")
@@ -187,26 +189,30 @@ def main(argv: list[str] | None = None) -> int:
     from tuning.search import ACQUISITIONS
     from tuning.tuner import TUNERS
 
-    parser = argparse.ArgumentParser(prog="tune", description=__doc__,
+    tuners = "tuners:\n" + "\n".join(f"  {name:<11} {TUNERS.get(name).description}"
+                                      for name in TUNERS.names())
+    parser = argparse.ArgumentParser(prog="tune", description=__doc__, epilog=tuners,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("run", help="tune workloads or a PyTorch model into MetaSchedule databases")
+    p = sub.add_parser("run", help="tune workloads or a PyTorch model into MetaSchedule databases",
+                       epilog=tuners, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("workloads", nargs="*", help="workload keys or suites")
     p.add_argument("--torch-model", help="a torch.export .pt2 file: tune all its tasks")
-    p.add_argument("--tuner", choices=TUNERS, default="bo")
+    p.add_argument("--tuner", choices=TUNERS.names(), default="bo")
     p.add_argument("--acquisition", choices=ACQUISITIONS, default="ei")
     p.add_argument("--seed", type=int, default=0)
     _common(p)
     p.set_defaults(func=_run)
-    p = sub.add_parser("compare", help="tuners side by side on the same workloads and budget")
+    p = sub.add_parser("compare", help="tuners side by side on the same workloads and budget",
+                       epilog=tuners, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("workloads", nargs="*", help=f"default: {DEFAULT_COMPARE_WORKLOAD}")
-    p.add_argument("--tuners", nargs="+", choices=TUNERS, default=["bo", "ms-default"])
+    p.add_argument("--tuners", nargs="+", choices=TUNERS.names(), default=["bo", "ms-default"])
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
     p.add_argument("--budgets", nargs="+", type=int, default=[8, 16, 32, 64])
     _common(p)
     p.set_defaults(func=_compare)
     args = parser.parse_args(argv)
-    return run_command("tune", args)
+    return run_command("tune", args.func, args)
 
 
 if __name__ == "__main__":

@@ -15,11 +15,11 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
 from costmodel.predictor import CostModelPredictor
+from datagen.measure import run_latency
 
 ADAPT_STEPS = 20
 ADAPT_LR = 1e-4
 REFERENCE_SECS = 1e-6  # scores are throughput relative to a 1 us program
-FAILED_SECS = 1e9  # MetaSchedule reports failed measurements as 1e10 s
 
 
 @derived_object
@@ -27,8 +27,8 @@ class LearnedCostModel(PyCostModel):
     """The GraphSAGE cost model inside MetaSchedule's search.
 
     Args:
-        checkpoint: a checkpoint written by `train fit`, or a loaded `CostModelPredictor`
-            (copied, so adapting never changes the caller's).
+        checkpoint: a checkpoint written by `train fit` (a list: a seed ensemble), or a loaded
+            `CostModelPredictor` (copied, so adapting never changes the caller's).
         adapt_steps: fine-tuning steps per `update` (0: never adapt).
         adapt_lr: fine-tuning learning rate.
     """
@@ -36,8 +36,8 @@ class LearnedCostModel(PyCostModel):
     def __init__(self, checkpoint, adapt_steps: int = ADAPT_STEPS,
                  adapt_lr: float = ADAPT_LR):
         super().__init__()
-        self.predictor = CostModelPredictor.load(checkpoint) if isinstance(checkpoint, str) \
-            else copy.deepcopy(checkpoint)
+        self.predictor = copy.deepcopy(checkpoint) \
+            if isinstance(checkpoint, CostModelPredictor) else CostModelPredictor.load(checkpoint)
         self.adapt_steps, self.adapt_lr = adapt_steps, adapt_lr
         self.measured: list[tuple] = []  # (graph, seconds, workload id)
         self.workloads: dict[str, int] = {}
@@ -51,10 +51,10 @@ class LearnedCostModel(PyCostModel):
     def update(self, context, candidates, results) -> None:
         group = self.workloads.setdefault(context.task_name, len(self.workloads))
         for cand, res in zip(candidates, results):
-            secs = [float(s) for s in (res.run_secs or [])]
-            if res.error_msg is None and secs and max(secs) < FAILED_SECS:
+            latency = run_latency(res.run_secs, res.error_msg)
+            if latency is not None:
                 graph = self.predictor.featurizer.featurize(cand.sch)
-                self.measured.append((graph, float(np.median(secs)), group))
+                self.measured.append((graph, latency, group))
         if self.adapt_steps and self.measured:
             self.predictor.adapt(*zip(*self.measured), steps=self.adapt_steps,
                                  lr=self.adapt_lr)

@@ -25,16 +25,19 @@ from scipy.stats import norm
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate, PySearchStrategy
 
+from costmodel.registry import Registry
+from datagen.errors import UserError
+from datagen.measure import run_latency
 from datagen.sampler import ScheduleSampler, derive_seed
-from datagen.tvm_env import UserError
 
-SURROGATES = ("prior-gp", "forest")
+# a surrogate: (predictor, seed) -> object with features, fit and posterior (see PriorGP)
+SURROGATES = Registry("surrogate")
 ACQUISITIONS = ("ei", "lcb")
-FAILED_SECS = 1e9  # MetaSchedule reports failed measurements as 1e10 s
 PRIOR_SIGMA = 0.3  # log-latency uncertainty of the prior before any measurement
 GP_MAX_DIMS = 16  # embeddings are projected onto this many principal components
 
 
+@SURROGATES.register("prior-gp")
 class PriorGP:
     """Learned prior mean plus a GP on the residual, over the network's graph embeddings."""
 
@@ -84,6 +87,7 @@ class PriorGP:
         return prior + self.offset + mu, np.maximum(sigma, 1e-6)
 
 
+@SURROGATES.register("forest")
 class ForestSurrogate:
     """ytopt-style: a random forest over sampled decisions, uncertainty from its trees."""
 
@@ -158,13 +162,12 @@ class BayesOptSearch(PySearchStrategy):
                  pool_size: int = 256, evolve_fraction: float = 0.5, num_parents: int = 8,
                  kappa: float = 1.96, seed: int = 0):
         super().__init__()
-        if surrogate not in SURROGATES:
-            raise UserError(f"unknown surrogate {surrogate!r}; choose {', '.join(SURROGATES)}")
+        surrogate_class = SURROGATES.get(surrogate)
         if acquisition not in ACQUISITIONS:
             raise UserError(f"unknown acquisition {acquisition!r}; "
                             f"choose {', '.join(ACQUISITIONS)}")
-        if surrogate == "prior-gp" and predictor is None:
-            raise UserError("the prior-gp surrogate needs a cost-model checkpoint")
+        if surrogate_class.needs_model and predictor is None:
+            raise UserError(f"the {surrogate} surrogate needs a cost-model checkpoint")
         self.predictor = predictor
         self.config = dict(surrogate=surrogate, acquisition=acquisition, pool_size=pool_size,
                            evolve_fraction=evolve_fraction, num_parents=num_parents,
@@ -179,15 +182,15 @@ class BayesOptSearch(PySearchStrategy):
     def _initialize_with_tune_context(self, context) -> None:
         self.context = context
         if self.predictor is not None and \
-                self.predictor.featurizer.target.kind.name != context.target.kind.name:
-            raise UserError(f"the checkpoint was trained for {self.predictor.featurizer.target}"
-                            f" targets, not {context.target.kind.name}; pass a checkpoint "
+                self.predictor.target_kind != context.target.kind.name:
+            raise UserError(f"the checkpoint was trained for {self.predictor.target_kind} "
+                            f"targets, not {context.target.kind.name}; pass a checkpoint "
                             "trained for this target")
         self.sampler = ScheduleSampler(context.mod, context.target, context)
 
     def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces,
                    database=None, cost_model=None) -> None:
-        cls = PriorGP if self.config["surrogate"] == "prior-gp" else ForestSurrogate
+        cls = SURROGATES.get(self.config["surrogate"])
         self.max_trials, self.per_iter = max_trials, num_trials_per_iter
         self.surrogate = cls(self.predictor, self.config["seed"])
         self.seen: set[str] = set()
@@ -247,11 +250,9 @@ class BayesOptSearch(PySearchStrategy):
 
     def notify_runner_results(self, measure_candidates, results) -> None:
         for (cand, x, prior), res in zip(self.pending, results):
-            secs = [float(s) for s in (res.run_secs or [])]
-            ok = res.error_msg is None and secs and max(secs) < FAILED_SECS
-            latency = float(np.median(secs)) if ok else math.inf
-            self.history.append((cand.trace_hash, latency))
-            if ok:
+            latency = run_latency(res.run_secs, res.error_msg)
+            self.history.append((cand.trace_hash, math.inf if latency is None else latency))
+            if latency is not None:
                 self.measured.append((cand, x, prior, math.log(latency)))
         self.trials += len(results)
         self.pending = []

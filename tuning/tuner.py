@@ -1,13 +1,16 @@
 """Tune workloads with MetaSchedule's loop and a chosen search strategy and cost model.
 
-Every tuner runs inside MetaSchedule's own `tune_tir` / `tune_relax` with the same builder,
-runner and JSON database, so they differ only in how they pick what to measure:
+Every tuner in `TUNERS` runs inside MetaSchedule's own `tune_tir` / `tune_relax` with the same
+builder, runner and JSON database, so they differ only in how they pick what to measure:
 
 - "bo": `BayesOptSearch` with the learned model as prior (GP residual, EI);
-- "ms-default": MetaSchedule's default, EvolutionarySearch with its XGBModel;
+- "ms-default": MetaSchedule's default, EvolutionarySearch with its XGBModel, which answers
+  with random scores until it has 100 measurements;
 - "ms-ours": EvolutionarySearch with our model as its cost model (`LearnedCostModel`);
 - "random": ReplayTrace (random schedules of the design space);
 - "ytopt": `BayesOptSearch` with a random forest over decisions and LCB, no prior.
+
+A new tuner is one `@_tuner(...)` function here plus its test.
 
 The database's tuning-record file is appended in measurement order, so it is also the tuning
 curve, and a run that stops midway keeps every measurement it committed.
@@ -16,53 +19,108 @@ curve, and a run that stops midway keeps every measurement it committed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
 import os
+from typing import Callable
 
 import numpy as np
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
-from datagen.tvm_env import METASCHEDULE_LOGGER, UserError
+from costmodel.registry import Registry
+from datagen.errors import UserError
+from datagen.measure import run_latency
+from datagen.tvm_env import METASCHEDULE_LOGGER
 
-TUNERS = ("bo", "ms-default", "ms-ours", "random", "ytopt")
-NEEDS_CHECKPOINT = ("bo", "ms-ours")
 DEFAULT_TRIALS_PER_ITER = 8
-DEFAULT_CHECKPOINT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                  "checkpoints", "graphsage.ckpt")
 RECORDS_FILE = "database_tuning_record.json"
 WORKLOADS_FILE = "database_workload.json"
 
 
-def load_predictor(checkpoint: str | None):
-    """The shipped checkpoint unless another is given."""
+def load_predictor(checkpoints: str | list[str] | None, target_kind: str | None = None):
+    """The shipped checkpoint unless others are given (several: a seed ensemble).
+
+    Raises:
+        UserError: see `CostModelPredictor.load`; a checkpoint for another target kind.
+    """
+    from costmodel import checkpoints as shipped
     from costmodel.predictor import CostModelPredictor
 
-    return CostModelPredictor.load(checkpoint or DEFAULT_CHECKPOINT)
+    return CostModelPredictor.load(checkpoints or shipped.path(), target_kind=target_kind)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuner:
+    """A way to pick what MetaSchedule measures: a (strategy, cost model) factory."""
+
+    make: Callable
+    description: str
+    needs_checkpoint: bool
+
+
+# every tuner runs in MetaSchedule's loop with the same builder, runner and batch size
+TUNERS = Registry("tuner")
+
+
+def _tuner(name: str, description: str, needs_checkpoint: bool = False) -> Callable:
+    """Register `make(predictor, seed, acquisition, adapt_steps) -> (strategy, cost_model)`."""
+    def register(make: Callable) -> Callable:
+        TUNERS.register(name)(Tuner(make, description, needs_checkpoint))
+        return make
+    return register
+
+
+@_tuner("bo", "ours: BayesOptSearch, the learned model as prior + a GP on its residual, EI",
+        needs_checkpoint=True)
+def _bo(predictor, seed: int, acquisition: str, adapt_steps: int | None):
+    from tuning.search import BayesOptSearch
+
+    return BayesOptSearch(predictor, "prior-gp", acquisition, seed=seed), "random"
+
+
+@_tuner("ms-default", "MetaSchedule's default: EvolutionarySearch + XGBModel, which scores at "
+        "random until it has 100 measurements")
+def _ms_default(predictor, seed: int, acquisition: str, adapt_steps: int | None):
+    return "evolutionary", "xgb"
+
+
+@_tuner("ms-ours", "EvolutionarySearch + our model as its cost model (LearnedCostModel)",
+        needs_checkpoint=True)
+def _ms_ours(predictor, seed: int, acquisition: str, adapt_steps: int | None):
+    from tuning.cost_model import LearnedCostModel
+
+    kwargs = {} if adapt_steps is None else {"adapt_steps": adapt_steps}
+    return "evolutionary", LearnedCostModel(predictor, **kwargs)
+
+
+@_tuner("random", "ReplayTrace: random schedules of the design space")
+def _random(predictor, seed: int, acquisition: str, adapt_steps: int | None):
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.search_strategy.ReplayTrace(), "random"
+
+
+@_tuner("ytopt", "ytopt's recipe: a random forest over the sampled decisions, LCB, no prior")
+def _ytopt(predictor, seed: int, acquisition: str, adapt_steps: int | None):
+    from tuning.search import BayesOptSearch
+
+    return BayesOptSearch(None, "forest", "lcb", evolve_fraction=0.0, seed=seed), "random"
 
 
 def make_search(tuner: str, predictor, seed: int, acquisition: str = "ei",
                 adapt_steps: int | None = None):
-    """(strategy, cost_model) arguments of `tune_tir` for a tuner name."""
-    from tvm.s_tir import meta_schedule as ms
+    """(strategy, cost_model) arguments of `tune_tir` for a tuner name.
 
-    from tuning.cost_model import LearnedCostModel
-    from tuning.search import BayesOptSearch
-
-    if tuner == "bo":
-        return BayesOptSearch(predictor, "prior-gp", acquisition, seed=seed), "random"
-    if tuner == "ytopt":
-        return BayesOptSearch(None, "forest", "lcb", evolve_fraction=0.0, seed=seed), "random"
-    if tuner == "ms-default":
-        return "evolutionary", "xgb"
-    if tuner == "ms-ours":
-        kwargs = {} if adapt_steps is None else {"adapt_steps": adapt_steps}
-        return "evolutionary", LearnedCostModel(predictor, **kwargs)
-    if tuner == "random":
-        return ms.search_strategy.ReplayTrace(), "random"
-    raise UserError(f"unknown tuner {tuner!r}; choose one of {', '.join(TUNERS)}")
+    Raises:
+        UserError: an unknown tuner, or one that needs a checkpoint and got none.
+    """
+    entry = TUNERS.get(tuner)
+    if entry.needs_checkpoint and predictor is None:
+        raise UserError(f"tuner {tuner!r} needs a cost-model checkpoint")
+    return entry.make(predictor, seed, acquisition, adapt_steps)
 
 
 @derived_object
@@ -79,9 +137,9 @@ class ProgressBar(PyMeasureCallback):
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
               runner_results) -> None:
         for res in runner_results:
-            secs = [float(s) for s in (res.run_secs or [])]
-            if res.error_msg is None and secs and max(secs) < 1e9:
-                self.best = min(self.best, float(np.mean(secs)))
+            latency = run_latency(res.run_secs, res.error_msg)
+            if latency is not None:
+                self.best = min(self.best, latency)
         self.bar.update(len(runner_results))
         if math.isfinite(self.best):
             self.bar.set_postfix_str(f"best {self.best * 1e6:.1f} us")
@@ -184,10 +242,9 @@ def read_curve(work_dir: str) -> dict[str, list[float]]:
             if not line.strip():
                 continue
             index, record = json.loads(line)
-            secs = record[1] or []
-            ok = bool(secs) and max(float(s) for s in secs) < 1e9
+            latency = run_latency(record[1])
             key = str(workloads[index]) if index < len(workloads) else str(index)
-            curves.setdefault(key, []).append(float(np.mean(secs)) if ok else math.inf)
+            curves.setdefault(key, []).append(math.inf if latency is None else latency)
     return curves
 
 

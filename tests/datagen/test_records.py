@@ -5,7 +5,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from datagen import records
-from datagen.tvm_env import UserError
+from datagen.errors import UserError
 
 
 def _row(i: int) -> dict:

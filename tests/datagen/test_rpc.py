@@ -3,7 +3,7 @@
 import psutil
 import pytest
 
-from conftest import assert_clean_error, run_cli
+from conftest import assert_clean_error, loopback_rpc, run_cli
 from datagen.records import read_records
 
 pytestmark = pytest.mark.slow
@@ -27,7 +27,13 @@ def test_tracker_without_the_key(rpc_tracker, tmp_path):
     assert_clean_error(proc, "has no server with key 'no-such-device'")
 
 
-def test_fixture_stops_tracker_server_and_children(rpc_tracker):
-    # what the fixture will have to stop: the two processes and the workers they spawned
-    procs = [psutil.Process(p.pid) for p in rpc_tracker["procs"]]
-    assert all(p.is_running() for p in procs)
+def test_loopback_rpc_stops_tracker_server_and_their_workers(tmp_path):
+    with loopback_rpc() as rpc:
+        run_cli("collect", "dense/m32_n32_k32", "--out", str(tmp_path / "ds"), "--per-workload",
+                "2", "--batch-size", "2", "--tracker", rpc["address"], "--key", rpc["key"],
+                "--no-progress", check=True)  # a session makes the server start workers
+        roots = [psutil.Process(p.pid) for p in rpc["procs"]]
+        family = roots + [c for p in roots for c in p.children(recursive=True)]
+        assert len(family) > len(roots) and all(p.is_running() for p in family)
+    alive = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, alive

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from datagen.tvm_env import UserError
+from datagen.errors import UserError
 from datagen.workloads import FAMILIES, SUITES, Workload, from_key, get_suite, resolve
 
 

@@ -1,13 +1,12 @@
 """Training through the real `train` CLI, on a real (tiny) measured dataset."""
 
 import glob
-import subprocess
-import sys
+import json
 
 import numpy as np
 import pytest
 
-from conftest import CLI_TIMEOUT_SEC, train_tiny
+from conftest import assert_clean_error, run_cli, train_tiny
 
 pytestmark = pytest.mark.slow
 
@@ -35,8 +34,7 @@ def test_ddp_with_two_cpu_processes(tiny_dataset, tmp_path):
 
 
 def test_checkpoint_round_trip_predicts_the_same(checkpoint, tiny_dataset):
-    import torch
-
+    from costmodel import checkpoint as checkpoint_file
     from costmodel.predictor import CostModelPredictor
     from datagen.records import read_records
 
@@ -46,8 +44,11 @@ def test_checkpoint_round_trip_predicts_the_same(checkpoint, tiny_dataset):
     second = CostModelPredictor.load(checkpoint).predict_records(frame)
     assert first.shape == (len(frame),) and np.isfinite(first).all() and (first > 0).all()
     np.testing.assert_array_equal(first, second)
-    meta = torch.load(checkpoint, weights_only=False)["costmodel"]
+    meta = checkpoint_file.read(checkpoint)["costmodel"]
+    assert meta["format_version"] == checkpoint_file.FORMAT_VERSION
     assert meta["featurizer_version"] and meta["vocabulary"] and meta["normalization"]
+    assert meta["architecture"]["name"] == "graphsage" and meta["architecture"]["hidden"] == 16
+    assert meta["target_kind"] == "llvm"
     assert meta["sides"]["test"] == ["softmax/rows16_cols32"]
 
 
@@ -71,27 +72,10 @@ def test_scoring_schedules_equals_scoring_their_graphs(checkpoint, tiny_dataset)
     assert emb.shape[0] == len(mods)
 
 
-def test_checkpoint_of_another_featuriser_is_refused(checkpoint, tmp_path):
-    import torch
-
-    from costmodel.predictor import CostModelPredictor
-    from datagen.tvm_env import UserError
-
-    ckpt = torch.load(checkpoint, weights_only=False)
-    ckpt["costmodel"]["featurizer_version"] = "tir-graph-0"
-    old = str(tmp_path / "old.ckpt")
-    torch.save(ckpt, old)
-    with pytest.raises(UserError, match="trained with featuriser tir-graph-0"):
-        CostModelPredictor.load(old)
-
-
 def test_evaluate_writes_report_and_plots(checkpoint, tiny_dataset, tmp_path):
-    import json
-
     out = tmp_path / "eval"
-    proc = subprocess.run([sys.executable, "-m", "costmodel.cli", "evaluate", checkpoint,
-                           "--dataset", tiny_dataset, "--out", str(out)],
-                          capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC)
+    proc = run_cli("evaluate", checkpoint, "--dataset", tiny_dataset, "--out", str(out),
+                   prog="costmodel")
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     assert report["split"] == "family" and report["test_families"] == ["softmax"]
@@ -115,3 +99,27 @@ def test_bad_input(tiny_dataset, tmp_path, args, message):
                  cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_evaluate_holds_out_the_named_families_without_split(checkpoint, tiny_dataset,
+                                                              tmp_path):
+    """--test-families alone means the family split (it used to be ignored without --split)."""
+    out = tmp_path / "eval"
+    run_cli("evaluate", checkpoint, "--dataset", tiny_dataset, "--out", str(out),
+            "--test-families", "dense", "--no-baseline", prog="costmodel", check=True)
+    report = json.loads((out / "report.json").read_text())
+    assert report["split"] == "family" and report["test_families"] == ["dense"]
+
+
+def test_evaluate_an_ensemble(checkpoint, tiny_dataset, tmp_path):
+    out = tmp_path / "eval"
+    run_cli("evaluate", checkpoint, checkpoint, "--ensemble", "--dataset", tiny_dataset,
+            "--out", str(out), "--no-baseline", prog="costmodel", check=True)
+    model = json.loads((out / "report.json").read_text())["models"]["graphsage"]
+    assert model["ensemble"] and model["runs"] == 1
+
+
+def test_unknown_rank_loss_is_one_line(tiny_dataset, tmp_path):
+    proc = train("--data.dataset", tiny_dataset, "--trainer.fast_dev_run", "true",
+                 "--model.rank_loss", "nope", cwd=tmp_path)
+    assert_clean_error(proc, "unknown rank loss 'nope'", prog="train")

@@ -71,8 +71,11 @@ def test_bo_loop_with_learned_prior(tiny_checkpoint, tmp_path):
     assert len(curve) == 12 and np.isfinite(curve).sum() >= 10
     best = best_so_far(curve)
     assert np.all(np.diff(best) <= 0)  # the best never gets worse as trials grow
-    record = db.get_top_k(db.commit_workload(db.get_all_tuning_records()[0].workload.mod), 1)[0]
-    assert np.isclose(np.mean([float(s) for s in record.run_secs]), best[-1])
+    # the curve is the database's records in measured order, each the median of its repeats
+    from datagen.measure import run_latency
+
+    latencies = [run_latency(r.run_secs) for r in db.get_all_tuning_records()]
+    assert np.isclose(min(x for x in latencies if x is not None), best[-1])
 
     # the same seed picks the same first round (the prior's top-k); another seed does not
     again, _, _ = tune_with_batches(tmp_path, BayesOptSearch(predictor, pool_size=32, seed=3),
@@ -121,17 +124,6 @@ def test_tuning_survives_foreign_handlers_on_metaschedule_logger(tmp_path):
         measurer.close()
         logger.removeHandler(unnamed)
         logger.removeHandler(named)
-
-
-def test_acquisition_functions():
-    from tuning.search import acquisition_scores
-
-    mu, sigma = np.array([0.0, 0.0, -1.0]), np.array([0.1, 1.0, 0.1])
-    ei = acquisition_scores("ei", mu, sigma, best=0.0, kappa=1.96)
-    assert ei[1] > ei[0]  # equal mean: more uncertainty, more expected improvement
-    assert ei[2] > ei[1]  # a much better mean wins
-    lcb = acquisition_scores("lcb", mu, sigma, best=0.0, kappa=1.96)
-    np.testing.assert_allclose(lcb, -(mu - 1.96 * sigma))
 
 
 def test_tune_run_database_applies_with_compile_tir(tiny_checkpoint, tmp_path):
@@ -259,12 +251,13 @@ def test_bad_input(args, match, tmp_path, tiny_checkpoint):
 
 
 def test_checkpoint_for_another_target_kind(tiny_checkpoint, tmp_path):
-    from costmodel.predictor import CostModelPredictor
+    from costmodel import checkpoint
 
-    predictor = CostModelPredictor.load(tiny_checkpoint)
-    predictor.meta = {**predictor.meta, "target": json.dumps({"kind": "cuda", "arch": "sm_80"})}
+    ckpt = checkpoint.load(tiny_checkpoint)
+    meta = {**ckpt.meta, "target": json.dumps({"kind": "cuda", "arch": "sm_80"}),
+            "target_kind": "cuda"}
     path = str(tmp_path / "cuda.ckpt")
-    predictor.save(path)
+    checkpoint.save(path, ckpt.model, meta, ckpt.hparams)
     proc = run_cli("run", WORKLOAD, "--checkpoint", path, "--out", str(tmp_path / "o"),
                    prog="tune")
     assert_clean_error(proc, "was trained for cuda targets, not llvm", prog="tune")

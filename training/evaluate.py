@@ -13,8 +13,9 @@ import os
 import numpy as np
 import pandas as pd
 
+from datagen.errors import UserError
 from datagen.records import read_records
-from datagen.tvm_env import UserError, make_target
+from datagen.tvm_env import make_target
 from training.data import RECORD_COLUMNS, split_workloads, usable
 from training.metrics import all_metrics, kendall_tau
 
@@ -105,22 +106,38 @@ def _markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def choose_sides(meta: dict, frame: pd.DataFrame, split: str | None, test_fraction: float,
+                 test_families: list[str] | None, test_networks: list[str] | None,
+                 seed: int) -> tuple[str, dict]:
+    """(split, sides) to evaluate on: the checkpoint's own, unless another split is asked for.
+
+    Naming test families (networks) without a split means the family (network) split.
+    """
+    if split is None:
+        split = "family" if test_families else "network" if test_networks else None
+    if split is None or (split == meta["split"] and not test_families and not test_networks):
+        return meta["split"], meta["sides"]
+    return split, split_workloads(frame, split, test_fraction, test_families or [], 0.0, seed,
+                                  test_networks)
+
+
 def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None = None,
              test_fraction: float = 0.2, test_families: list[str] | None = None,
-             seed: int = 0, baseline: bool = True) -> dict:
-    """Evaluate checkpoints (one per training seed) and the XGB baseline; write the report."""
+             seed: int = 0, baseline: bool = True, test_networks: list[str] | None = None,
+             ensemble: bool = False) -> dict:
+    """Evaluate checkpoints (one per training seed, or all of them as one ensemble) and the
+    XGB baseline; write the report."""
     from costmodel.predictor import CostModelPredictor
     from training.baselines import fit_xgb, predict_xgb
 
-    predictors = [CostModelPredictor.load(c) for c in checkpoints]
+    predictors = [CostModelPredictor.load(checkpoints)] if ensemble else \
+        [CostModelPredictor.load(c) for c in checkpoints]
     frame, dropped = usable(read_records(dataset, RECORD_COLUMNS))
     if frame.empty:
         raise UserError(f"{dataset} has no successfully measured records")
     meta = predictors[0].meta
-    if split is None or split == meta["split"] and not test_families:
-        split, sides = meta["split"], meta["sides"]
-    else:
-        sides = split_workloads(frame, split, test_fraction, test_families or [], 0.0, seed)
+    split, sides = choose_sides(meta, frame, split, test_fraction, test_families, test_networks,
+                                seed)
     test = frame[frame.workload_key.isin(sides["test"])].reset_index(drop=True)
     train = frame[frame.workload_key.isin(sides["train"])].reset_index(drop=True)
     if test.empty or train.empty:
@@ -134,7 +151,8 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
         preds.setdefault(GRAPHSAGE, pred)
         runs.append(_metrics(test, pred, latency=True))
     mean, std = _spread(runs)
-    models[GRAPHSAGE] = {"runs": len(runs), "mean": mean, "std": std, "per_run": runs,
+    models[GRAPHSAGE] = {"runs": len(runs), "ensemble": ensemble, "mean": mean, "std": std,
+                         "per_run": runs,
                          "checkpoints": [os.path.basename(c) for c in checkpoints]}
     if baseline:
         target = make_target(json.loads(meta["target"]))

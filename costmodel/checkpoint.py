@@ -1,0 +1,210 @@
+"""Cost-model checkpoints: the one place they are written, read and checked.
+
+A checkpoint is a `torch.save` file of plain containers, numbers, strings and tensors. It is
+read with `torch.load(..., weights_only=True)`, torch's restricted unpickler, which builds
+nothing but those types: loading a file from a stranger runs no code, and a file that asks for
+anything else (a crafted pickle) is refused. The only other types allowed are numpy's string
+scalars, which format-1 checkpoints carry in their split.
+
+Entries (the checkpoints `train fit` writes have these plus Lightning's optimiser state):
+
+- "costmodel": the self-description. `format_version` (`FORMAT_VERSION`); the featuriser it
+  was trained with (`featurizer_version`, `vocabulary`, `node_features`, `program_features`,
+  `edge_types`); `architecture`, from which the network is rebuilt
+  (`costmodel.model.create_model`); `normalization`; `target` (JSON) and `target_kind`; the
+  training `dataset`, `split` and `sides` (the workload keys of each side).
+- "hyper_parameters": the training hyperparameters (the loss settings also serve `adapt`).
+- "state_dict": the network's parameters, each key prefixed with "model.".
+
+Format versions: 1, written until tvm-costmodel 0.1.0 (no version, architecture or target
+kind); 2, now. `costmodel convert OLD NEW` turns a format-1 file into the current format.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import torch
+
+from costmodel import featurize
+from costmodel.model import create_model
+from costmodel.normalization import Normalization
+from datagen.errors import UserError
+
+FORMAT_VERSION = 2
+META_KEY = "costmodel"
+PREFIX = "model."
+# what the featuriser's graphs look like: a checkpoint must agree on every one of these
+LAYOUT = {"vocabulary": dict(featurize.VOCABULARY),
+          "node_features": list(featurize.NODE_FEATURES),
+          "program_features": list(featurize.PROGRAM_FEATURES),
+          "edge_types": list(featurize.EDGE_TYPES)}
+
+
+def _safe_types() -> list:
+    """The only classes besides torch's own that a checkpoint may ask to build."""
+    import numpy as np
+    from numpy._core.multiarray import scalar
+
+    return [np.dtype, scalar, np.dtypes.StrDType]
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    """A loaded, checked checkpoint: the network (eval mode) and what it needs to predict."""
+
+    path: str
+    model: torch.nn.Module
+    normalization: Normalization
+    meta: dict
+    hparams: dict
+
+    @property
+    def target_kind(self) -> str:
+        return self.meta["target_kind"]
+
+
+def describe(model, normalization: Normalization, target: str, dataset: str, split: str,
+             sides: dict[str, list[str]]) -> dict:
+    """The self-description of a checkpoint of `model` (the "costmodel" entry)."""
+    return {"format_version": FORMAT_VERSION, "featurizer_version": featurize.FEATURIZER_VERSION,
+            **LAYOUT, "architecture": dict(model.architecture),
+            "normalization": normalization.to_dict(), "target": target,
+            "target_kind": json.loads(target)["kind"], "dataset": dataset, "split": split,
+            "sides": {side: [str(k) for k in keys] for side, keys in sides.items()}}
+
+
+def read(path: str) -> dict:
+    """The raw entries of a checkpoint file, read without running any code.
+
+    Raises:
+        UserError: a missing or unreadable file, one that holds anything but tensors and
+            plain containers, or one without a cost-model description.
+    """
+    if not os.path.isfile(path):
+        raise UserError(f"checkpoint {path} does not exist")
+    try:
+        with torch.serialization.safe_globals(_safe_types()):
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001  (torch raises UnpicklingError, RuntimeError, ...)
+        text = str(err)
+        if "Weights only load failed" in text or "Unsupported global" in text:
+            raise UserError(f"{path} was refused: it holds objects other than tensors and plain "
+                            "containers, and loading those could run code") from None
+        raise UserError(f"{path} is not a readable checkpoint ({type(err).__name__})") from None
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get(META_KEY), dict):
+        raise UserError(f"{path} is not a cost-model checkpoint (no '{META_KEY}' entry)")
+    return ckpt
+
+
+def validate(path: str, meta: dict, target_kind: str | None = None) -> None:
+    """Check a checkpoint's self-description against this version of the code.
+
+    Raises:
+        UserError: one line per mismatch: format version, featuriser version or layout,
+            architecture, or target kind (when `target_kind` is given).
+    """
+    version = meta.get("format_version", 1)
+    if version < FORMAT_VERSION:
+        raise UserError(f"{path} is a format-{version} checkpoint and this version reads format "
+                        f"{FORMAT_VERSION}: convert it with 'costmodel convert {path} NEW.ckpt' "
+                        "(or retrain)")
+    if version > FORMAT_VERSION:
+        raise UserError(f"{path} is a format-{version} checkpoint from a newer tvm-costmodel; "
+                        f"this version reads format {FORMAT_VERSION}: upgrade tvm-costmodel")
+    if meta["featurizer_version"] != featurize.FEATURIZER_VERSION:
+        raise UserError(f"{path} was trained with featuriser {meta['featurizer_version']}, "
+                        f"this version has {featurize.FEATURIZER_VERSION}: retrain it")
+    for name, ours in LAYOUT.items():
+        if meta.get(name) != ours:
+            raise UserError(f"{path} was trained on graphs with other {name.replace('_', ' ')} "
+                            f"than featuriser {featurize.FEATURIZER_VERSION} makes here: "
+                            "retrain it")
+    architecture = meta.get("architecture")
+    if not isinstance(architecture, dict) or "name" not in architecture:
+        raise UserError(f"{path} does not say which architecture it holds")
+    if target_kind is not None and meta["target_kind"] != target_kind:
+        raise UserError(f"{path} was trained for {meta['target_kind']} targets, not "
+                        f"{target_kind}; pass a checkpoint trained on {target_kind} measurements")
+
+
+def load(path: str, target_kind: str | None = None) -> Checkpoint:
+    """Read, check and rebuild a checkpoint; the network comes back in eval mode.
+
+    Raises:
+        UserError: see `read` and `validate`; also an unknown architecture, or weights that
+            do not fit the architecture the checkpoint names.
+    """
+    ckpt = read(path)
+    meta = ckpt[META_KEY]
+    validate(path, meta, target_kind)
+    try:
+        model = create_model(meta["architecture"])
+    except UserError as err:
+        raise UserError(f"{path}: {err}") from None
+    except TypeError as err:
+        raise UserError(f"{path}: architecture {meta['architecture']['name']!r} does not take "
+                        f"these arguments ({err})") from None
+    weights = {k.removeprefix(PREFIX): v for k, v in ckpt.get("state_dict", {}).items()
+               if k.startswith(PREFIX)}
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as err:
+        first = str(err).strip().splitlines()[0]
+        raise UserError(f"{path}: its weights do not fit architecture "
+                        f"{meta['architecture']['name']!r} ({first.rstrip(':.')})") from None
+    return Checkpoint(path, model.eval(), Normalization.from_dict(meta["normalization"]), meta,
+                      dict(ckpt.get("hyper_parameters", {})))
+
+
+def save(path: str, model, meta: dict, hparams: dict) -> None:
+    """Write a checkpoint `load` reads back: the network's weights and its description only
+    (no optimiser state). Written to a temporary file and renamed, so never half there."""
+    ckpt = {META_KEY: meta, "hyper_parameters": dict(hparams),
+            "state_dict": {PREFIX + k: v.detach().cpu() for k, v in model.state_dict().items()}}
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        torch.save(ckpt, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def convert(src: str, dst: str) -> dict:
+    """Rewrite an older-format checkpoint in the current format; returns its description.
+
+    Format 1 lacks the version, the architecture (rebuilt from the hyperparameters and the
+    featuriser layout it was trained with) and the target kind. The weights are unchanged.
+
+    Raises:
+        UserError: `src` is unreadable, already current, or made by another featuriser.
+    """
+    ckpt = read(src)
+    meta = dict(ckpt[META_KEY])
+    version = meta.get("format_version", 1)
+    if version >= FORMAT_VERSION:
+        raise UserError(f"{src} is already a format-{version} checkpoint; nothing to convert")
+    hp = dict(ckpt.get("hyper_parameters", {}))
+    hp.pop("_instantiator", None)
+    meta.update({
+        "format_version": FORMAT_VERSION,
+        "architecture": {
+            "name": "graphsage", "num_node_kinds": len(meta["vocabulary"]),
+            "num_node_features": len(meta["node_features"]),
+            "num_edge_types": len(meta["edge_types"]),
+            "num_program_features": len(meta["program_features"])
+            if hp.get("use_program_features", True) else 0,
+            "hidden": hp["hidden"], "num_layers": hp["num_layers"], "dropout": hp["dropout"]},
+        "target_kind": json.loads(meta["target"])["kind"],
+        "sides": {side: [str(k) for k in keys] for side, keys in meta["sides"].items()},
+    })
+    hp.setdefault("model", "graphsage")
+    validate(src, meta)
+    model = create_model(meta["architecture"])
+    model.load_state_dict({k.removeprefix(PREFIX): v for k, v in ckpt["state_dict"].items()
+                           if k.startswith(PREFIX)})
+    save(dst, model, meta, hp)
+    return meta

@@ -1,0 +1,29 @@
+"""The one error path of every command: a user's mistake is one line on stderr and exit 2.
+
+Code anywhere in the project raises `UserError` for what the user can fix (a wrong name, a
+missing file, a checkpoint of another target); the command-line entry points run their work
+through `run_command`, which turns it into `PROG: error: MESSAGE` and exit status 2, with no
+traceback. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+EXIT_USER_ERROR = 2
+
+
+class UserError(Exception):
+    """A mistake in what the user asked for: reported as one line, exit status 2."""
+
+
+def run_command(prog: str, func: Callable[..., Any], *args: Any) -> int:
+    """`func(*args)` as the body of command `prog`: its exit status (None counts as 0), or 2
+    with one line on stderr when it raises `UserError`."""
+    try:
+        status = func(*args)
+    except UserError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    return 0 if status is None else int(status)

@@ -1,0 +1,194 @@
+"""The checkpoint format: safe loading, validation with one-line errors, conversion, ensembles.
+
+The checkpoints here are real networks (freshly initialised, untrained) with statistics fitted
+on real graphs of random schedules; training is covered by tests/training.
+"""
+
+import json
+import os
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import assert_clean_error, run_cli
+from costmodel import checkpoint, featurize
+from costmodel.model import MODELS, create_model
+from costmodel.normalization import Normalization
+from costmodel.predictor import CostModelPredictor
+from datagen.errors import UserError
+from datagen.sampler import ScheduleSampler
+from datagen.tvm_env import make_target, target_json
+from datagen.workloads import Workload
+
+DENSE = Workload("dense", (32, 32, 32))
+
+
+@pytest.fixture(scope="module")
+def target():
+    return make_target(None)
+
+
+@pytest.fixture(scope="module")
+def graphs(target):
+    featurizer = featurize.Featurizer(target)
+    return [featurizer.featurize(c.mod)
+            for c in ScheduleSampler(DENSE.mod, target).random(6, 0, set())]
+
+
+def architecture(hidden: int = 16) -> dict:
+    return {"name": "graphsage", "num_node_kinds": len(featurize.VOCABULARY),
+            "num_node_features": featurize.NUM_NODE_FEATURES,
+            "num_edge_types": len(featurize.EDGE_TYPES),
+            "num_program_features": featurize.NUM_PROGRAM_FEATURES, "hidden": hidden,
+            "num_layers": 2, "dropout": 0.0}
+
+
+def write(path, graphs, tvm_target, seed: int = 0, **meta_changes) -> str:
+    """A format-2 checkpoint of a fresh network (seeded), with `meta_changes` applied."""
+    torch.manual_seed(seed)
+    model = create_model(architecture())
+    norm = Normalization.fit(graphs, np.linspace(1e-4, 2e-4, len(graphs)))
+    meta = checkpoint.describe(model, norm, target_json(tvm_target), "data/x", "shapes",
+                               {"train": ["dense/a"], "val": ["dense/b"], "test": ["dense/c"]})
+    meta.update(meta_changes)
+    checkpoint.save(str(path), model, meta, {"rank_loss": "logistic"})
+    return str(path)
+
+
+def test_save_load_round_trip(tmp_path, graphs, target):
+    path = write(tmp_path / "a.ckpt", graphs, target)
+    ckpt = checkpoint.load(path)
+    assert ckpt.target_kind == "llvm" and ckpt.meta["format_version"] == checkpoint.FORMAT_VERSION
+    assert ckpt.model.architecture == architecture() and not ckpt.model.training
+    first = CostModelPredictor.load(path).predict_graphs(graphs)
+    again = CostModelPredictor.load(path).predict_graphs(graphs)
+    assert first.shape == (len(graphs),) and np.all(first > 0)
+    np.testing.assert_array_equal(first, again)
+    # the file holds only tensors and plain containers: torch's restricted loader reads it
+    assert "costmodel" in torch.load(path, weights_only=True)
+
+
+class RunsCode:
+    """A pickle that runs a shell command when unpickled."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_crafted_pickle_is_refused_and_runs_nothing(tmp_path, graphs, target):
+    marker = tmp_path / "code-ran"
+    ckpt = {"costmodel": {"format_version": 2}, "payload": RunsCode(marker)}
+    path = tmp_path / "evil.ckpt"
+    torch.save(ckpt, path)
+    with pytest.raises(UserError, match="was refused: it holds objects other than tensors"):
+        checkpoint.load(str(path))
+    plain = tmp_path / "evil.pkl"
+    plain.write_bytes(pickle.dumps(RunsCode(marker)))
+    with pytest.raises(UserError, match="refused|not a readable checkpoint"):
+        CostModelPredictor.load(str(plain))
+    assert not marker.exists()
+    # the tuner and the evaluator load the same way: one line, exit 2, nothing ran
+    proc = run_cli("run", "dense/m32_n32_k32", "--checkpoint", str(path), "--out",
+                   str(tmp_path / "o"), prog="tune")
+    assert_clean_error(proc, "was refused", prog="tune")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"format_version": 1}, "is a format-1 checkpoint and this version reads format 2: "
+                            "convert it with 'costmodel convert"),
+    ({"format_version": 9}, "from a newer tvm-costmodel"),
+    ({"featurizer_version": "tir-graph-0"}, "trained with featuriser tir-graph-0"),
+    ({"vocabulary": {"root": 0}}, "other vocabulary than featuriser"),
+    ({"edge_types": ["nest"]}, "other edge types than featuriser"),
+    ({"architecture": {"name": "transformer"}}, "unknown model 'transformer'; choose one of"),
+    ({"architecture": {**architecture(), "hidden": 32}}, "its weights do not fit architecture"),
+    ({"architecture": {**architecture(), "width": 3}}, "does not take these arguments"),
+])
+def test_each_mismatch_is_one_clear_error(tmp_path, graphs, target, changes, message):
+    path = write(tmp_path / "bad.ckpt", graphs, target, **changes)
+    with pytest.raises(UserError, match=message.replace("(", r"\(")):
+        checkpoint.load(path)
+
+
+def test_target_kind_is_checked_when_asked(tmp_path, graphs, target):
+    path = write(tmp_path / "a.ckpt", graphs, target)
+    assert checkpoint.load(path, target_kind="llvm")
+    with pytest.raises(UserError, match="was trained for llvm targets, not cuda"):
+        CostModelPredictor.load(path, target_kind="cuda")
+
+
+def test_missing_and_foreign_files(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        checkpoint.load(str(tmp_path / "none.ckpt"))
+    torch.save({"state_dict": {}}, tmp_path / "other.ckpt")
+    with pytest.raises(UserError, match="is not a cost-model checkpoint"):
+        checkpoint.load(str(tmp_path / "other.ckpt"))
+    (tmp_path / "text.ckpt").write_text("hello")
+    with pytest.raises(UserError, match="is not a readable checkpoint"):
+        checkpoint.load(str(tmp_path / "text.ckpt"))
+
+
+def test_convert_a_format_1_checkpoint(tmp_path, graphs, target):
+    """Format 1 (Lightning's file, no version, architecture or target kind) converts to the
+    current format with the same weights and predictions."""
+    new = write(tmp_path / "new.ckpt", graphs, target)
+    raw = checkpoint.read(new)
+    meta = {k: v for k, v in raw["costmodel"].items()
+            if k not in ("format_version", "architecture", "target_kind")}
+    hp = {"hidden": 16, "num_layers": 2, "dropout": 0.0, "use_program_features": True,
+          "rank_loss": "logistic", "_instantiator": "lightning.pytorch.cli.instantiate_module"}
+    old = tmp_path / "old.ckpt"
+    torch.save({"costmodel": meta, "hyper_parameters": hp, "state_dict": raw["state_dict"],
+                "optimizer_states": [{"state": {}}], "epoch": 3}, old)
+    with pytest.raises(UserError, match="format-1 checkpoint"):
+        checkpoint.load(str(old))
+    converted = tmp_path / "converted.ckpt"
+    run_cli("convert", str(old), str(converted), prog="costmodel", check=True)
+    np.testing.assert_array_equal(CostModelPredictor.load(str(converted)).predict_graphs(graphs),
+                                  CostModelPredictor.load(new).predict_graphs(graphs))
+    proc = run_cli("convert", str(converted), str(tmp_path / "again.ckpt"), prog="costmodel")
+    assert_clean_error(proc, "already a format-2 checkpoint", prog="costmodel")
+    assert not (tmp_path / "again.ckpt").exists()
+
+
+def test_an_ensemble_averages_log_latency(tmp_path, graphs, target):
+    paths = [write(tmp_path / f"s{s}.ckpt", graphs, target, seed=s) for s in (0, 1)]
+    singles = [CostModelPredictor.load(p) for p in paths]
+    ensemble = CostModelPredictor.load(paths)
+    seconds, emb = ensemble.predict_and_embed(graphs)
+    logs = [np.log(p.predict_graphs(graphs)) for p in singles]
+    assert not np.allclose(logs[0], logs[1])  # the members differ ...
+    np.testing.assert_allclose(seconds, np.exp(np.mean(logs, axis=0)), rtol=1e-6)  # ... mean
+    widths = [p.predict_and_embed(graphs)[1].shape[1] for p in singles]
+    assert emb.shape == (len(graphs), sum(widths))
+    with pytest.raises(UserError, match="saved as one checkpoint per member"):
+        ensemble.save(str(tmp_path / "e.ckpt"))
+    cuda = write(tmp_path / "cuda.ckpt", graphs, target,
+                 target=json.dumps({"kind": "cuda", "arch": "sm_90a"}), target_kind="cuda")
+    with pytest.raises(UserError, match="ensemble members disagree on the target"):
+        CostModelPredictor.load([paths[0], cuda])
+
+
+def test_the_shipped_checkpoints_are_current_and_installed():
+    from costmodel import checkpoints
+
+    for name in ("graphsage.ckpt", "graphsage-family-depthwise.ckpt"):
+        ckpt = checkpoint.load(checkpoints.path(name), target_kind="llvm")
+        assert ckpt.meta["format_version"] == checkpoint.FORMAT_VERSION
+    assert checkpoints.path() == checkpoints.path("graphsage.ckpt")
+    with pytest.raises(UserError, match="missing from this installation"):
+        checkpoints.path("nope.ckpt")
+
+
+def test_models_are_created_by_name():
+    assert "graphsage" in MODELS.names()
+    model = create_model(architecture(8))
+    assert model.architecture == architecture(8) and model.embedding_size == 8 * 3
+    with pytest.raises(UserError, match="unknown model"):
+        MODELS.create("nope")

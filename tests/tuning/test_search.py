@@ -1,0 +1,64 @@
+"""The BO surrogate's posterior, the acquisition functions and the registries of tuning
+pieces, on numbers made here (no tuning run; see test_tune.py for those)."""
+
+import numpy as np
+import pytest
+
+from datagen.errors import UserError
+from tuning.search import PRIOR_SIGMA, SURROGATES, PriorGP, acquisition_scores
+from tuning.tuner import TUNERS, make_search
+
+
+def pool(n: int = 60, dims: int = 8, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, dims))
+    prior = rng.normal(size=n)  # the model's log-latency of each candidate
+    truth = prior + 1.0 + 0.3 * np.sin(x[:, 0])  # the model is off by a shift and a bend
+    return list(x), prior, truth
+
+
+def test_prior_gp_is_the_prior_before_any_measurement():
+    x, prior, _ = pool()
+    gp = PriorGP(None, seed=0)
+    gp.fit(x, [], np.zeros(0), np.zeros(0))
+    mu, sigma = gp.posterior(x, prior)
+    np.testing.assert_array_equal(mu, prior)
+    np.testing.assert_array_equal(sigma, np.full(len(x), PRIOR_SIGMA))
+
+
+def test_prior_gp_is_pulled_toward_measurements():
+    x, prior, truth = pool()
+    measured = np.arange(15)
+    gp = PriorGP(None, seed=0)
+    gp.fit(x, [x[i] for i in measured], prior[measured], truth[measured])
+    mu, sigma = gp.posterior(x, prior)
+    rest = np.arange(15, len(x))
+    assert np.abs(mu[measured] - truth[measured]).max() < 0.2  # it fits what it measured
+    # and what it learned (mostly the shift) carries over to the unmeasured candidates
+    assert np.abs(mu[rest] - truth[rest]).mean() < 0.5 * np.abs(prior[rest] - truth[rest]).mean()
+    assert sigma[measured].mean() < sigma[rest].mean()  # surer where it measured
+
+
+def test_acquisition_functions():
+    mu, sigma = np.array([0.0, 0.0, -1.0]), np.array([0.1, 1.0, 0.1])
+    ei = acquisition_scores("ei", mu, sigma, best=0.0, kappa=1.96)
+    assert ei[1] > ei[0]  # equal mean: more uncertainty, more expected improvement
+    assert ei[2] > ei[1]  # a much better mean wins
+    lcb = acquisition_scores("lcb", mu, sigma, best=0.0, kappa=1.96)
+    np.testing.assert_allclose(lcb, -(mu - 1.96 * sigma))
+
+
+def test_registries_name_their_pieces():
+    assert TUNERS.names() == ("bo", "ms-default", "ms-ours", "random", "ytopt")
+    assert [n for n in TUNERS.names() if TUNERS.get(n).needs_checkpoint] == ["bo", "ms-ours"]
+    assert all(TUNERS.get(n).description for n in TUNERS.names())
+    assert SURROGATES.names() == ("prior-gp", "forest")
+    assert make_search("ms-default", None, 0) == ("evolutionary", "xgb")
+    with pytest.raises(UserError, match="unknown tuner 'nope'; choose one of bo, ms-default"):
+        make_search("nope", None, 0)
+    with pytest.raises(UserError, match="tuner 'bo' needs a cost-model checkpoint"):
+        make_search("bo", None, 0)
+    with pytest.raises(UserError, match="unknown surrogate"):
+        from tuning.search import BayesOptSearch
+
+        BayesOptSearch(None, "kriging")
