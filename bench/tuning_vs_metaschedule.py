@@ -4,17 +4,22 @@ Part 1, held-out shapes: the test workloads of the shipped checkpoint's split.
 Part 2, a held-out family: workloads of a family that a second checkpoint (trained with
 `--data.split family --data.test_families '[FAMILY]'`) never saw.
 Every tuner runs in MetaSchedule's own loop with the same builder, runner and batch size, at
-the same budgets and seeds, one after another on this machine:
-bo (ours), ms-default (EvolutionarySearch + XGBModel), ms-ours (EvolutionarySearch + our model),
-random (ReplayTrace) and ytopt (random-forest BO with LCB, no prior). Prints, per workload and as
-a geometric mean, the best latency at each budget and the trials each tuner needs to reach what
-ms-default reaches with the full budget; writes curves.png. Finished runs are kept under
+the same budgets and seeds, one after another on this machine: bo (ours), ms-xgb-pretrained
+(EvolutionarySearch + XGBModel pretrained on the checkpoint's training records, TenSet's
+transfer baseline), ms-default (EvolutionarySearch + XGBModel, random scores until 100
+measurements), ms-ours (EvolutionarySearch + our model) and random (ReplayTrace); ytopt
+(random-forest BO with LCB, no prior) with --ytopt. After each (workload, seed), every tuner's
+best schedule at each budget is re-measured with the others, interleaved, 10 times, and tuners
+are compared on those: paired ratios per (workload, seed), wins/ties/losses, the geometric-mean
+ratio with a paired bootstrap 95% interval, trials to reach (see `tuning.compare`). Writes
+summary.json, results.json and curves.png. Finished runs (and re-measurements) are kept under
 --out and read back, so an interrupted benchmark resumes.
 
 Part 3, end to end: a small PyTorch CNN tuned with one total budget by bo and by ms-default,
 and the compiled network's latency of both and of the untuned build.
 
-    python bench/tuning_vs_metaschedule.py [--seeds 0 1 2] [--family-checkpoint CKPT]
+    python bench/tuning_vs_metaschedule.py [--seeds 0 1 2] [--trials 64 256] [--parts shapes]
+                                           [--family-checkpoint CKPT]
 """
 
 from __future__ import annotations
@@ -39,14 +44,16 @@ FAMILY_WORKLOADS = [
     "depthwise_conv2d/h28_w28_c192_k3_stride1_pad1",
     "depthwise_conv2d/h14_w14_c384_k3_stride1_pad1",
 ]
-TUNERS = ["ms-default", "bo", "ms-ours", "random", "ytopt"]
-BUDGETS = [16, 32, 64]
+TUNERS = ["bo", "ms-xgb-pretrained", "ms-default", "ms-ours", "random"]
 
 
 def part(name, workloads, checkpoint, args, target, measurer) -> None:
+    from costmodel import checkpoints
     from datagen.workloads import resolve
     from tuning.compare import format_summary, plot_curves, run_curves, summarize
-    from tuning.tuner import load_predictor
+    from tuning.pretrained_xgb import pretrained_xgb_file
+    from tuning.tuner import TUNERS as REGISTRY
+    from tuning.tuner import SearchInputs, load_predictor
 
     predictor = load_predictor(checkpoint)
     held_out = set(predictor.meta["sides"]["test"])
@@ -55,15 +62,22 @@ def part(name, workloads, checkpoint, args, target, measurer) -> None:
         raise SystemExit(f"{name}: {sorted(set(workloads) - held_out)} were not held out by "
                          f"{checkpoint or 'the shipped checkpoint'}")
     out = os.path.join(args.out, name)
-    results = run_curves(resolve(workloads), TUNERS, max(BUDGETS), args.seeds, out, target,
-                         measurer, predictor, args.trials_per_iter)
-    summary = summarize(results, BUDGETS, max(BUDGETS))
+    tuners = TUNERS + (["ytopt"] if args.ytopt else [])
+    trials = max(args.trials)
+    xgb = pretrained_xgb_file(checkpoint or checkpoints.path(), predictor.meta,
+                              os.path.join(out, "cache"))
+    results, remeasured = run_curves(
+        resolve(workloads), tuners, trials, args.seeds, out, target, measurer,
+        SearchInputs(predictor, pretrained_xgb=xgb), args.trials_per_iter,
+        remeasure_budgets=args.trials)
+    budgets = sorted({16, 32, *args.trials})
+    summary = summarize(results, remeasured, budgets, trials)
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     plot_curves(results, os.path.join(out, "curves.png"))
     print(f"== {name}: {len(workloads)} workloads, seeds {args.seeds}, "
           f"{args.trials_per_iter} trials per round ==")
-    print(format_summary(summary))
+    print(format_summary(summary, {t: REGISTRY.get(t).description for t in tuners}))
     print()
 
 
@@ -75,7 +89,7 @@ def end_to_end(args, target, measurer) -> None:
     from tvm.s_tir import meta_schedule as ms
 
     from datagen.torch_import import relax_module
-    from tuning.tuner import compile_network, load_predictor, tune_network
+    from tuning.tuner import SearchInputs, compile_network, load_predictor, tune_network
 
     class SmallCNN(torch.nn.Module):
         def __init__(self):
@@ -112,7 +126,8 @@ def end_to_end(args, target, measurer) -> None:
             else:
                 shutil.rmtree(work, ignore_errors=True)
                 db = tune_network(mod, None, target, tuner, args.network_trials, work,
-                                  measurer, predictor, seed, args.trials_per_iter)
+                                  measurer, SearchInputs(predictor, seed),
+                                  args.trials_per_iter)
                 open(os.path.join(work, "done"), "w").close()
             rows.setdefault(tuner, []).append(latency(compile_network(db, mod, target)))
     print(f"== end to end: small CNN, {args.network_trials} trials in total, seeds "
@@ -131,6 +146,10 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--trials-per-iter", type=int, default=8)
+    parser.add_argument("--trials", nargs="+", type=int, default=[64],
+                        help="budgets: each run goes to the largest; the finalists of each "
+                        "are re-measured (64 256: both)")
+    parser.add_argument("--ytopt", action="store_true", help="also the ytopt-style tuner")
     parser.add_argument("--family-checkpoint", help="a checkpoint trained with depthwise_conv2d "
                         "held out (part 2 is skipped without it)")
     parser.add_argument("--network-trials", type=int, default=96)

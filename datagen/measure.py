@@ -69,6 +69,11 @@ class MeasureResult:
     build_secs: float = math.nan
     run_secs: float = math.nan
 
+    @property
+    def median(self) -> float | None:
+        """Its latency (`run_latency`), None unless it ran fine."""
+        return run_latency(self.latencies) if self.status == OK else None
+
 
 @dataclasses.dataclass(frozen=True)
 class Tracker:
@@ -160,42 +165,57 @@ class Measurer:
 
     def measure(self, mods: list) -> list[MeasureResult]:
         """Build all scheduled `mods`, then run the built ones one at a time."""
-        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+        return [rounds[0] for rounds in self.remeasure(mods, 1)]
+
+    def remeasure(self, mods: list, rounds: int) -> list[list[MeasureResult]]:
+        """Build all `mods` once, then run them interleaved `rounds` times (A B C, A B C, ...),
+        so that a slow spell of the machine hits every program alike. Per program, its
+        `rounds` results (a program that failed to build: that failure, `rounds` times)."""
         from tvm.s_tir.meta_schedule.builder import BuilderInput
-        from tvm.s_tir.meta_schedule.runner import RunnerInput
 
         from datagen.builder import TIMEOUT_PREFIX, remove_artifact
 
         start = time.perf_counter()
         built = self.builder.build([BuilderInput(mod, self.target) for mod in mods])
         self.build_wall += time.perf_counter() - start
-        results = []
-        for mod, res, build_secs in zip(mods, built, self.builder.last_build_secs):
-            if res.error_msg is not None:
-                status = BUILD_TIMEOUT if res.error_msg.startswith(TIMEOUT_PREFIX) else BUILD_ERROR
-                results.append(MeasureResult(status, [], res.error_msg[-MAX_ERROR_CHARS:]))
-                continue
-            start = time.perf_counter()
-            # arguments as the built function sees them (layout rewrites are undone)
-            args_info = ArgInfo.from_entry_func(mod, remove_preproc=True)
-            (future,) = self.runner.run([RunnerInput(res.artifact_path, self.device_type,
-                                                     args_info)])
-            run = future.result()
-            run_secs = time.perf_counter() - start
-            self.run_wall += run_secs
-            remove_artifact(res.artifact_path)
-            if run.error_msg is not None:
-                results.append(MeasureResult(_classify_run_error(run.error_msg), [],
-                                             run.error_msg[-MAX_ERROR_CHARS:], build_secs,
-                                             run_secs))
-                continue
-            latencies = [float(x) for x in run.run_secs]
-            if run_latency(latencies) is None:
-                results.append(MeasureResult(RUN_ERROR, latencies, "non-finite latency",
-                                             build_secs, run_secs))
-                continue
-            results.append(MeasureResult(OK, latencies, "", build_secs, run_secs))
+        results: list[list[MeasureResult]] = [[] for _ in mods]
+        try:
+            for _ in range(rounds):
+                for i, (mod, res, build_secs) in enumerate(
+                        zip(mods, built, self.builder.last_build_secs)):
+                    if res.error_msg is not None:
+                        status = BUILD_TIMEOUT if res.error_msg.startswith(TIMEOUT_PREFIX) \
+                            else BUILD_ERROR
+                        results[i].append(MeasureResult(status, [],
+                                                        res.error_msg[-MAX_ERROR_CHARS:]))
+                        continue
+                    results[i].append(self._run(mod, res.artifact_path, build_secs))
+        finally:
+            for res in built:
+                if res.error_msg is None:
+                    remove_artifact(res.artifact_path)
         return results
+
+    def _run(self, mod, artifact_path: str, build_secs: float) -> MeasureResult:
+        """Time one built program with the protocol."""
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+        from tvm.s_tir.meta_schedule.runner import RunnerInput
+
+        start = time.perf_counter()
+        # arguments as the built function sees them (layout rewrites are undone)
+        args_info = ArgInfo.from_entry_func(mod, remove_preproc=True)
+        (future,) = self.runner.run([RunnerInput(artifact_path, self.device_type, args_info)])
+        run = future.result()
+        run_secs = time.perf_counter() - start
+        self.run_wall += run_secs
+        if run.error_msg is not None:
+            return MeasureResult(_classify_run_error(run.error_msg), [],
+                                 run.error_msg[-MAX_ERROR_CHARS:], build_secs, run_secs)
+        latencies = [float(x) for x in run.run_secs]
+        if run_latency(latencies) is None:
+            return MeasureResult(RUN_ERROR, latencies, "non-finite latency", build_secs,
+                                 run_secs)
+        return MeasureResult(OK, latencies, "", build_secs, run_secs)
 
     def close(self) -> None:
         """Stop the builder's and the runner's worker processes."""

@@ -12,6 +12,8 @@ argument torch 2.13 no longer has, so it does not train with the torch this proj
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 
@@ -38,17 +40,27 @@ def _contexts(frame: pd.DataFrame, target):
         yield key, context, candidates, group.index
 
 
-def fit_xgb(frame: pd.DataFrame, target, seed: int = 0):
-    """Train MetaSchedule's XGBModel on the successful records of `frame`."""
+def new_xgb(seed: int = 0, adaptive_training: bool = True):
+    """MetaSchedule's XGBModel without the warm-up (in tuning it answers at random until it
+    has 100 samples); `adaptive_training=False` retrains at every update."""
     from tvm.s_tir.meta_schedule.cost_model import XGBModel
     from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig
+
+    return XGBModel(config=XGBConfig(seed=seed), num_warmup_samples=0, verbose_eval=0,
+                    adaptive_training=adaptive_training)
+
+
+def fit_xgb(frame: pd.DataFrame, target, seed: int = 0, progress: bool = False):
+    """Train MetaSchedule's XGBModel on the successful records of `frame`."""
+    from tqdm import tqdm
     from tvm.s_tir.meta_schedule.runner import RunnerResult
 
     frame = frame[frame.status == OK]
-    # no warm-up: in tuning XGBModel answers at random until it has 100 samples
-    model = XGBModel(config=XGBConfig(seed=seed), num_warmup_samples=0, verbose_eval=0)
+    model = new_xgb(seed)
     last = frame.workload_key.nunique() - 1
-    for i, (_, context, candidates, index) in enumerate(_contexts(frame, target)):
+    contexts = tqdm(_contexts(frame, target), total=last + 1, unit="workload",
+                    desc="XGBModel features", disable=not progress)
+    for i, (_, context, candidates, index) in enumerate(contexts):
         results = [RunnerResult([float(x) for x in lat], None)
                    for lat in frame.loc[index, "latencies"]]
         # retrain only when the data grew by a fifth (as in tuning), and always at the end
@@ -63,3 +75,57 @@ def predict_xgb(model, frame: pd.DataFrame, target) -> pd.Series:
     for _, context, candidates, index in _contexts(frame, target):
         scores.loc[index] = np.asarray(model.predict(context, candidates), dtype=float)
     return scores
+
+
+def save_xgb(model, path: str, fingerprint: str) -> None:
+    """Write a trained XGBModel with its training features, in a file `load_xgb` reads
+    without unpickling anything (MetaSchedule's own `XGBModel.save` pickles its data).
+
+    `fingerprint` names what it was trained on; `load_xgb` checks it.
+    """
+    groups = list(model.data.values())
+    features = [f for g in groups for f in g.features]
+    tmp = f"{path}.tmp-{os.getpid()}.npz"
+    try:
+        np.savez_compressed(
+            tmp, fingerprint=np.array(fingerprint),
+            group_hash=np.array([g.group_hash for g in groups]),
+            group_size=np.array([len(g.features) for g in groups], dtype=np.int64),
+            rows=np.array([f.shape[0] for f in features], dtype=np.int64),
+            features=np.concatenate(features).astype(np.float32),
+            costs=np.concatenate([np.asarray(g.costs, np.float32) for g in groups]),
+            booster=np.frombuffer(bytes(model.booster.save_raw("json")), dtype=np.uint8))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def load_xgb(path: str, fingerprint: str | None = None, seed: int = 0,
+             adaptive_training: bool = True):
+    """A trained XGBModel from `save_xgb`'s file, ready to predict and to keep learning.
+
+    Returns None when the file does not exist or was trained on something else than
+    `fingerprint` (when given).
+    """
+    import xgboost as xgb
+    from tvm.s_tir.meta_schedule.cost_model.xgb_model import FeatureGroup
+
+    if not os.path.isfile(path):
+        return None
+    with np.load(path, allow_pickle=False) as z:
+        if fingerprint is not None and str(z["fingerprint"]) != fingerprint:
+            return None
+        rows = np.split(z["features"], np.cumsum(z["rows"])[:-1])
+        costs = z["costs"]
+        sizes = np.cumsum(z["group_size"])[:-1]
+        booster = xgb.Booster()
+        booster.load_model(bytearray(z["booster"].tobytes()))
+        model = new_xgb(seed, adaptive_training)
+        for group_hash, feats, cost in zip(z["group_hash"], np.split(np.arange(len(rows)), sizes),
+                                           np.split(costs, sizes)):
+            model.data[str(group_hash)] = FeatureGroup(str(group_hash),
+                                                       [rows[i] for i in feats], cost)
+    model.data_size = model.last_train_size = len(rows)
+    model.booster = booster
+    return model

@@ -2,7 +2,7 @@
 
     tune run WORKLOAD|SUITE ... --trials N --out DIR          one MetaSchedule database each
     tune run --torch-model model.pt2 --trials N --out DIR      every task of a PyTorch model
-    tune compare WORKLOAD ... --trials N --out DIR             our BO against MetaSchedule's default
+    tune compare WORKLOAD ... --trials N --out DIR             our BO against MetaSchedule's tuners
 """
 
 from __future__ import annotations
@@ -44,21 +44,34 @@ def _interruptible():
 
 
 def _setup(args):
-    """Target, measurer and predictor (when the tuners need one) from the common options."""
+    """Target, measurer and what the tuners search with (the predictor and the pretrained
+    XGBModel, when the chosen tuners need them) from the common options."""
+    from costmodel import checkpoints
     from datagen.measure import Measurer, Tracker
     from datagen.tvm_env import make_target
-    from tuning.tuner import TUNERS, load_predictor
+    from tuning.pretrained_xgb import pretrained_xgb_file
+    from tuning.tuner import TUNERS, SearchInputs, load_predictor
 
     if args.trials < 1:
         raise UserError(f"--trials must be at least 1, not {args.trials}")
+    if args.trials_per_iter < 1 or args.trials_per_iter > args.trials:
+        raise UserError(f"--trials-per-iter must be between 1 and --trials ({args.trials}), "
+                        f"not {args.trials_per_iter}: a budget below one round measures nothing")
     target = make_target(args.target, args.threads)
     tracker = Tracker.parse(args.tracker, args.key) if args.tracker else None
-    tuners = getattr(args, "tuners", None) or [args.tuner]
-    predictor = None
-    if any(TUNERS.get(t).needs_checkpoint for t in tuners):
-        predictor = load_predictor(args.checkpoint, target_kind=target.kind.name)
+    tuners = [TUNERS.get(t) for t in (getattr(args, "tuners", None) or [args.tuner])]
+    paths = args.checkpoint or [checkpoints.path()]
+    predictor = pretrained = None
+    if any(t.needs_checkpoint or t.needs_pretrained_xgb for t in tuners):
+        predictor = load_predictor(paths, target_kind=target.kind.name)
+    if any(t.needs_pretrained_xgb for t in tuners):
+        pretrained = pretrained_xgb_file(paths[0], predictor.meta,
+                                         os.path.join(args.out, "cache"), args.dataset,
+                                         progress=not args.no_progress)
     measurer = Measurer(target, tracker=tracker, num_threads=args.threads)
-    return target, measurer, predictor
+    inputs = SearchInputs(predictor, getattr(args, "seed", 0),
+                          getattr(args, "acquisition", "ei"), None, pretrained)
+    return target, measurer, inputs
 
 
 def _write_best(database, mod, target, work_dir: str) -> float | None:
@@ -91,18 +104,17 @@ def _run(args) -> int:
     if not args.workloads and not args.torch_model:
         raise UserError("name a workload or suite (see 'datagen workloads'), or --torch-model")
     workloads = resolve(args.workloads) if args.workloads else []
-    target, measurer, predictor = _setup(args)
+    target, measurer, inputs = _setup(args)
     try:
         if args.torch_model:
-            return _run_torch(args, target, measurer, predictor)
+            return _run_torch(args, target, measurer, inputs)
         for w in workloads:
             wd = os.path.join(args.out, w.key.replace("/", "__"))
             try:
                 with _interruptible():
                     db = tune_workload(w.mod, target, args.tuner, args.trials, wd, measurer,
-                                       predictor, args.seed, args.trials_per_iter,
-                                       args.acquisition, progress=not args.no_progress,
-                                       desc=w.key)
+                                       inputs, args.trials_per_iter,
+                                       progress=not args.no_progress, desc=w.key)
             except Interrupted:
                 print(f"tune: interrupted; the measurements made so far are in {wd}",
                       file=sys.stderr)
@@ -119,7 +131,7 @@ def _run(args) -> int:
     return 0
 
 
-def _run_torch(args, target, measurer, predictor) -> int:
+def _run_torch(args, target, measurer, inputs) -> int:
     from datagen.torch_import import load_exported, relax_module
     from tuning.tuner import compile_network, read_curve, tune_network
 
@@ -128,8 +140,7 @@ def _run_torch(args, target, measurer, predictor) -> int:
     try:
         with _interruptible():
             db = tune_network(mod, None, target, args.tuner, args.trials, wd, measurer,
-                              predictor, args.seed, args.trials_per_iter, args.acquisition,
-                              progress=not args.no_progress)
+                              inputs, args.trials_per_iter, progress=not args.no_progress)
     except Interrupted:
         print(f"tune: interrupted; the measurements made so far are in {wd}", file=sys.stderr)
         return 130
@@ -146,27 +157,31 @@ def _run_torch(args, target, measurer, predictor) -> int:
 def _compare(args) -> int:
     from datagen.workloads import resolve
     from tuning.compare import format_summary, plot_curves, run_curves, summarize
+    from tuning.tuner import TUNERS
 
     workloads = resolve(args.workloads or [DEFAULT_COMPARE_WORKLOAD])
     budgets = sorted({b for b in args.budgets if b <= args.trials} | {args.trials})
-    target, measurer, predictor = _setup(args)
+    if args.remeasure_rounds < 1:
+        raise UserError(f"--remeasure-rounds must be at least 1, not {args.remeasure_rounds}")
+    target, measurer, inputs = _setup(args)
     os.makedirs(args.out, exist_ok=True)
     try:
         with _interruptible():
-            results = run_curves(workloads, args.tuners, args.trials, args.seeds, args.out,
-                                 target, measurer, predictor, args.trials_per_iter,
-                                 progress=not args.no_progress)
+            results, remeasured = run_curves(
+                workloads, args.tuners, args.trials, args.seeds, args.out, target, measurer,
+                inputs, args.trials_per_iter, progress=not args.no_progress,
+                rounds=args.remeasure_rounds)
     except Interrupted:
         print(f"tune: interrupted; finished runs are kept in {args.out}/runs, run the same "
               "command to continue", file=sys.stderr)
         return 130
     finally:
         measurer.close()
-    summary = summarize(results, budgets, args.trials)
+    summary = summarize(results, remeasured, budgets, args.trials)
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     plot_curves(results, os.path.join(args.out, "curves.png"))
-    print(format_summary(summary))
+    print(format_summary(summary, {t: TUNERS.get(t).description for t in args.tuners}))
     print(f"summary.json and curves.png in {args.out}")
     return 0
 
@@ -182,6 +197,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, help="runtime threads (default: all cores)")
     p.add_argument("--trials-per-iter", type=int, default=8,
                    help="candidates measured per round (the BO's top-k)")
+    p.add_argument("--dataset", help="the records the checkpoint was trained on, for the "
+                   "ms-xgb-pretrained baseline (default: the dataset the checkpoint names)")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -206,7 +223,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("compare", help="tuners side by side on the same workloads and budget",
                        epilog=tuners, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("workloads", nargs="*", help=f"default: {DEFAULT_COMPARE_WORKLOAD}")
-    p.add_argument("--tuners", nargs="+", choices=TUNERS.names(), default=["bo", "ms-default"])
+    p.add_argument("--tuners", nargs="+", choices=TUNERS.names(),
+                   default=["bo", "ms-xgb-pretrained", "ms-default"])
+    p.add_argument("--remeasure-rounds", type=int, default=10,
+                   help="re-measurements of each tuner's best schedule, interleaved")
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
     p.add_argument("--budgets", nargs="+", type=int, default=[8, 16, 32, 64])
     _common(p)

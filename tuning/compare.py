@@ -2,13 +2,24 @@
 
 Each (workload, tuner, seed) tunes into its own database folder under `out/runs/`; a finished
 one is read back instead of tuned again, so an interrupted comparison resumes where it stopped.
-The summary gives, per workload and as a geometric mean over workloads, the best latency at each
-budget and the trials each tuner needs to reach what the reference tuner reaches with the full
-budget; `curves.png` plots the best latency against trials.
+
+Best-so-far over noisy measurements favours the tuner that drew the luckiest outlier, so after
+all tuners of a (workload, seed) have run, each tuner's best schedule at each compared budget
+(its finalist) is built again and re-measured together with the others, interleaved (A B C,
+A B C, ...), `rounds` times; tuners are compared on these re-measured latencies
+(`runs/WORKLOAD/remeasured-seedS.json`). The in-run curves give the trials-to-reach figures.
+
+The summary gives, per workload and as a geometric mean over workloads, the best in-run latency
+at each budget and the trials to reach the reference's final latency, and, per pair of tuners
+(ours against each baseline), paired statistics over the (workload, seed) pairs: the
+re-measured latency ratio per pair, wins, ties (within 2%) and losses, the geometric-mean ratio
+with a paired bootstrap 95% interval, and the trials to reach the baseline's final latency.
+`curves.png` plots the best latency against trials.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -16,9 +27,13 @@ import shutil
 
 import numpy as np
 
-from tuning.tuner import best_so_far, read_curve, tune_workload
+from tuning.tuner import RECORDS_FILE, SearchInputs, best_so_far, read_curve, tune_workload
 
 REFERENCE = "ms-default"
+OURS = ("bo", "ms-ours")  # the tuners whose ratios to every other tuner are reported
+REMEASURE_ROUNDS = 10
+TIE = 0.02  # a ratio within 2% of 1 is a tie
+BOOTSTRAP_SAMPLES = 10000
 
 
 def run_dir(out: str, workload_key: str, tuner: str, seed: int) -> str:
@@ -26,28 +41,98 @@ def run_dir(out: str, workload_key: str, tuner: str, seed: int) -> str:
 
 
 def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out: str, target,
-               measurer, predictor, trials_per_iter: int, progress: bool = True) -> dict:
-    """{workload key: {tuner: [latencies per trial, one list per seed]}}; also results.json."""
+               measurer, inputs: SearchInputs, trials_per_iter: int, progress: bool = True,
+               remeasure_budgets: list[int] | None = None,
+               rounds: int = REMEASURE_ROUNDS) -> tuple[dict, dict]:
+    """Tune, then re-measure the finalists; also writes results.json.
+
+    Returns:
+        curves: {workload key: {tuner: [latencies per trial, one list per seed]}}
+        remeasured: {workload key: {budget: {tuner: [re-measured latencies, one list per
+            seed]}}}, the finalists at each of `remeasure_budgets` (default: `trials`).
+    """
+    budgets = sorted(set(remeasure_budgets or [trials]))
     results: dict = {w.key: {t: [] for t in tuners} for w in workloads}
+    remeasured: dict = {w.key: {b: {t: [] for t in tuners} for b in budgets} for w in workloads}
     for seed in seeds:  # seed outermost: an interrupted benchmark leaves whole seeds behind
         for w in workloads:
+            dirs = {}
             for tuner in tuners:
-                wd = run_dir(out, w.key, tuner, seed)
+                wd = dirs[tuner] = run_dir(out, w.key, tuner, seed)
                 curve = _finished(wd, trials)
                 if curve is None:
                     shutil.rmtree(wd, ignore_errors=True)
-                    tune_workload(w.mod, target, tuner, trials, wd, measurer, predictor, seed,
-                                  trials_per_iter, progress=progress,
-                                  desc=f"{w.key} {tuner} s{seed}")
+                    tune_workload(w.mod, target, tuner, trials, wd, measurer,
+                                  dataclasses.replace(inputs, seed=seed), trials_per_iter,
+                                  progress=progress, desc=f"{w.key} {tuner} s{seed}")
                     curve = _finished(wd, 0) or []
                     with open(os.path.join(wd, "done"), "w") as f:
                         f.write(f"{len(curve)}\n")
                 results[w.key][tuner].append(curve)
+            finals = remeasure_finalists(w, dirs, budgets, seed, out, target, measurer, rounds)
+            for b in budgets:
+                for tuner in tuners:
+                    remeasured[w.key][b][tuner].append(finals[str(b)][tuner])
     tmp = os.path.join(out, "results.json.tmp")
     with open(tmp, "w") as f:
-        json.dump({"trials": trials, "seeds": seeds, "curves": results}, f)
+        json.dump({"trials": trials, "seeds": seeds, "curves": results,
+                   "remeasured": remeasured}, f)
     os.replace(tmp, os.path.join(out, "results.json"))
-    return results
+    return results, remeasured
+
+
+def _finalist(work_dir: str, budget: int) -> str | None:
+    """The trace (JSON) of the fastest schedule among a run's first `budget` trials."""
+    from datagen.measure import run_latency
+
+    path = os.path.join(work_dir, RECORDS_FILE)
+    best, trace = math.inf, None
+    if os.path.exists(path):
+        with open(path) as f:
+            lines = [line for line in f if line.strip()][:budget]
+        for line in lines:
+            record = json.loads(line)[1]
+            latency = run_latency(record[1])
+            if latency is not None and latency < best:
+                best, trace = latency, json.dumps(record[0])
+    return trace
+
+
+def remeasure_finalists(workload, dirs: dict[str, str], budgets: list[int], seed: int, out: str,
+                        target, measurer, rounds: int) -> dict:
+    """{budget: {tuner: re-measured latencies}} of every tuner's finalist at each budget, all
+    measured together, interleaved; read back if this (workload, seed) was done before.
+
+    A tuner without a successful trial gets [inf]; a finalist that fails now counts as inf.
+    """
+    from datagen.sampler import replay
+
+    path = os.path.join(os.path.dirname(os.path.dirname(next(iter(dirs.values())))),
+                        f"remeasured-seed{seed}.json")
+    done = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            done = json.load(f)
+        if done.get("rounds") == rounds and all(str(b) in done["budgets"] and
+                                                set(dirs) <= set(done["budgets"][str(b)])
+                                                for b in budgets):
+            return done["budgets"]
+    finalists = {(b, t): _finalist(wd, b) for b in budgets for t, wd in dirs.items()}
+    traces = sorted({tr for tr in finalists.values() if tr is not None})
+    latencies = {}
+    if traces:
+        mods = [replay(workload.mod, tr).mod for tr in traces]
+        runs = measurer.remeasure(mods, rounds)
+        for tr, results in zip(traces, runs):
+            latencies[tr] = [r.median if r.median is not None else math.inf for r in results]
+    out_budgets = {str(b): {t: latencies.get(finalists[(b, t)], [math.inf]) for t in dirs}
+                   for b in budgets}
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"rounds": rounds, "budgets": out_budgets,
+                   "finalists": {f"{t}@{b}": finalists[(b, t)] for (b, t) in finalists}}, f)
+    os.replace(tmp, path)
+    return out_budgets
 
 
 def _finished(work_dir: str, trials: int) -> list[float] | None:
@@ -68,11 +153,22 @@ def _trials_to_reach(curve: list[float], level: float) -> float:
     return float(hits[0] + 1) if len(hits) else math.inf
 
 
-def summarize(results: dict, budgets: list[int], trials: int) -> dict:
-    """Best latency per budget and trials to reach the reference's best, per workload.
+def _median(values) -> float:
+    return float(np.median(values)) if len(values) else math.inf
+
+
+def _geomean(values) -> float:
+    values = np.asarray(values, float)
+    return float(np.exp(np.mean(np.log(values)))) if len(values) and \
+        np.all(np.isfinite(values)) else math.inf
+
+
+def summarize(results: dict, remeasured: dict, budgets: list[int], trials: int) -> dict:
+    """In-run best latency per budget, re-measured finalists, trials to reach the reference's
+    best, per workload and over workloads, and the paired statistics of `paired_stats`.
 
     Per workload and tuner: the median over seeds. Over workloads: the geometric mean of the
-    best latencies and the median of the trials to reach. `to_reach` compares each seed with the
+    latencies and the median of the trials to reach. `to_reach` compares each seed with the
     reference's run of the same seed (inf: never reached within the budget).
     """
     summary: dict = {"budgets": budgets, "workloads": {}, "geomean": {}}
@@ -80,56 +176,135 @@ def summarize(results: dict, budgets: list[int], trials: int) -> dict:
         ref = by_tuner.get(REFERENCE)
         rows = {}
         for tuner, curves in by_tuner.items():
-            row = {f"best@{b}": float(np.median([_best_at(c, b) for c in curves]))
-                   for b in budgets}
+            row = {f"best@{b}": _median([_best_at(c, b) for c in curves]) for b in budgets}
+            for b, finals in remeasured.get(key, {}).items():
+                row[f"remeasured@{b}"] = _median([_median(f) for f in finals[tuner]])
             if ref:
-                row["to_reach"] = float(np.median([
-                    _trials_to_reach(c, _best_at(r, trials)) for c, r in zip(curves, ref)]))
+                row["to_reach"] = _median([
+                    _trials_to_reach(c, _best_at(r, trials)) for c, r in zip(curves, ref)])
             rows[tuner] = row
         summary["workloads"][key] = rows
-    tuners = sorted({t for rows in summary["workloads"].values() for t in rows})
+    tuners = list(dict.fromkeys(t for rows in summary["workloads"].values() for t in rows))
     for tuner in tuners:
         rows = [r[tuner] for r in summary["workloads"].values() if tuner in r]
-        geo = {}
-        for b in budgets:
-            vals = [r[f"best@{b}"] for r in rows]
-            geo[f"best@{b}"] = float(np.exp(np.mean(np.log(vals)))) \
-                if all(math.isfinite(v) for v in vals) else math.inf
+        geo = {k: _geomean([r[k] for r in rows]) for k in rows[0]
+               if k.startswith(("best@", "remeasured@"))}
         reach = [r["to_reach"] for r in rows if "to_reach" in r]
         if reach:  # the median over workloads: a workload never reached counts as the worst
-            geo["to_reach"] = float(np.median(reach))
+            geo["to_reach"] = _median(reach)
             geo["reached"] = f"{sum(math.isfinite(v) for v in reach)}/{len(reach)}"
         summary["geomean"][tuner] = geo
+    summary["paired"] = paired_stats(results, remeasured, trials)
     return summary
 
 
-def format_summary(summary: dict) -> str:
-    """Plain-text tables: per workload, then the geometric mean."""
+def paired_stats(results: dict, remeasured: dict, trials: int, seed: int = 0) -> list[dict]:
+    """Ours (`OURS`) against every other tuner, over the (workload, seed) pairs, on re-measured
+    finalists: at equal budgets, and ours at the smallest against theirs at the largest.
+
+    Per pair: the median of the per-round ratios of the re-measured latencies (rounds are
+    interleaved, so each round's pair shares the machine's state; below 1: ours is faster),
+    their spread (25th to 75th percentile), and the
+    trials ours needs in-run to reach the baseline's in-run latency at its budget. Over pairs:
+    wins, ties (within `TIE`) and losses, the geometric-mean ratio with a paired bootstrap 95%
+    interval (pairs resampled), and the median trials to reach.
+    """
+    rng = np.random.default_rng(seed)
+    keys = [k for k in results if k in remeasured and remeasured[k]]
+    if not keys:
+        return []
+    budgets = sorted(int(b) for b in remeasured[keys[0]])
+    combos = [(b, b) for b in budgets] + ([(budgets[0], budgets[-1])] if len(budgets) > 1 else [])
+    tuners = list(results[keys[0]])
+    out = []
+    for ours in [t for t in OURS if t in tuners]:
+        for base in [t for t in tuners if t != ours]:
+            for b_ours, b_base in combos:
+                pairs = []
+                for key in keys:
+                    mine = remeasured[key][b_ours][ours]
+                    theirs = remeasured[key][b_base][base]
+                    for s, (a, b) in enumerate(zip(mine, theirs)):
+                        per_round = np.asarray(a[:len(b)], float) / np.asarray(b[:len(a)], float)
+                        level = _best_at(results[key][base][s], b_base)
+                        pairs.append({
+                            "workload": key, "seed_index": s,
+                            "ratio": _median(per_round),
+                            "spread": [float(np.percentile(per_round, 25)),
+                                       float(np.percentile(per_round, 75))],
+                            "to_reach": _trials_to_reach(results[key][ours][s][:b_ours], level)})
+                out.append(_pair_summary(ours, b_ours, base, b_base, pairs, rng))
+    return out
+
+
+def _pair_summary(ours: str, b_ours: int, base: str, b_base: int, pairs: list[dict],
+                  rng) -> dict:
+    ratios = np.array([p["ratio"] for p in pairs], float)
+    finite = np.isfinite(ratios) & (ratios > 0)
+    row = {"ours": ours, "ours_budget": b_ours, "baseline": base, "baseline_budget": b_base,
+           "pairs": pairs, "n": len(pairs),
+           "wins": int(np.sum(ratios < 1 - TIE)), "ties": int(np.sum(np.abs(ratios - 1) <= TIE)),
+           "losses": int(np.sum(ratios > 1 + TIE)),
+           "geomean_ratio": _geomean(ratios), "ci95": [math.inf, math.inf]}
+    if finite.all() and len(ratios):
+        logs = np.log(ratios)
+        idx = rng.integers(0, len(logs), (BOOTSTRAP_SAMPLES, len(logs)))
+        boot = np.exp(logs[idx].mean(axis=1))
+        row["ci95"] = [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))]
+    reach = [p["to_reach"] for p in pairs]
+    row["to_reach_median"] = _median(reach)
+    row["reached"] = f"{sum(math.isfinite(v) for v in reach)}/{len(reach)}"
+    return row
+
+
+def _fmt_trials(v: float) -> str:
+    return "never" if not math.isfinite(v) else f"{v:.0f}"
+
+
+def format_summary(summary: dict, descriptions: dict[str, str] | None = None) -> str:
+    """Plain-text tables (per workload, then the geometric mean) and the paired statistics;
+    with `descriptions`, first a line on what each tuner is."""
     budgets = summary["budgets"]
-    head = f"{'tuner':<11}" + "".join(f"{f'best@{b} (us)':>15}" for b in budgets) + \
+    first = next(iter(summary["geomean"].values()), {})
+    remeasured = [k for k in first if k.startswith("remeasured@")]
+    head = f"{'tuner':<18}" + "".join(f"{f'best@{b} (us)':>15}" for b in budgets) + \
+        "".join(f"{k.replace('remeasured', 're-measured') + ' (us)':>22}" for k in remeasured) + \
         f"{'trials to reach ' + REFERENCE + '@max':>32}"
     lines = []
+    if descriptions:
+        lines += ["tuners (all in MetaSchedule's loop, same builder, runner and batch size):"]
+        lines += [f"  {t:<18}{descriptions[t]}" for t in summary["geomean"] if t in descriptions]
+        lines += [""]
 
     def fmt_row(tuner, row):
         cells = "".join(f"{row[f'best@{b}'] * 1e6:>15.1f}" for b in budgets)
+        cells += "".join(f"{row[k] * 1e6:>22.1f}" for k in remeasured)
         reach = row.get("to_reach")
-        text = "" if reach is None else ("never" if not math.isfinite(reach) else f"{reach:.0f}")
+        text = "" if reach is None else _fmt_trials(reach)
         if "reached" in row:
             text += f" (reached {row['reached']})"
-        return f"{tuner:<11}{cells}{text:>32}"
+        return f"{tuner:<18}{cells}{text:>32}"
 
     for key, rows in summary["workloads"].items():
         lines += [key, head] + [fmt_row(t, r) for t, r in rows.items()] + [""]
     lines += ["geometric mean over workloads (trials to reach: median over workloads)", head]
     lines += [fmt_row(t, r) for t, r in summary["geomean"].items()]
-    ref = summary["geomean"].get(REFERENCE)
-    if ref:
-        last = f"best@{budgets[-1]}"
-        for tuner, row in summary["geomean"].items():
-            if tuner != REFERENCE and math.isfinite(row[last]) and math.isfinite(ref[last]):
-                change = 100 * (1 - row[last] / ref[last])
-                lines.append(f"{tuner}: {abs(change):.1f}% {'lower' if change >= 0 else 'higher'}"
-                             f" latency than {REFERENCE} at {budgets[-1]} trials (geomean)")
+    if summary.get("paired"):
+        lines += ["", "paired, on re-measured finalists (ratio < 1: ours faster; wins/ties/losses "
+                  f"at ±{TIE:.0%}; 95% interval: paired bootstrap over pairs, or for one pair "
+                  "the 25-75th percentile over re-measurement rounds)"]
+    for row in summary.get("paired", []):
+        if row["n"] == 1:
+            spread = row["pairs"][0]["spread"]
+            interval = f"rounds {spread[0]:.3f}-{spread[1]:.3f}"
+        else:
+            interval = f"95% CI {row['ci95'][0]:.3f}-{row['ci95'][1]:.3f}"
+        lines.append(
+            f"{row['ours']}@{row['ours_budget']} / {row['baseline']}@{row['baseline_budget']}: "
+            f"ratio {row['geomean_ratio']:.3f} ({interval}) over {row['n']} pair(s); "
+            f"{row['wins']} wins, {row['ties']} ties, {row['losses']} losses; trials to reach its "
+            f"in-run latency: median {_fmt_trials(row['to_reach_median'])} "
+            f"(reached {row['reached']})")
     return "\n".join(lines)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 
 import numpy as np
 from scipy.stats import norm
@@ -58,6 +59,7 @@ class PriorGP:
     def fit(self, x_all: list, x: list, prior: np.ndarray, y: np.ndarray) -> None:
         """Fit on measured rows `x` (prior, log-latency `y`); `x_all` also holds the pool."""
         from sklearn.decomposition import PCA
+        from sklearn.exceptions import ConvergenceWarning
         from sklearn.gaussian_process import GaussianProcessRegressor
         from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
         from sklearn.pipeline import make_pipeline
@@ -77,7 +79,9 @@ class PriorGP:
                   * RBF(math.sqrt(dims), (1e-2, 1e3)) + WhiteKernel(1e-3, (1e-6, 1e0)))
         self.gp = GaussianProcessRegressor(kernel, normalize_y=False, random_state=self.seed,
                                            n_restarts_optimizer=2)
-        self.gp.fit(z, residual - self.offset)
+        with warnings.catch_warnings():  # hyperparameters at a bound are fine here
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            self.gp.fit(z, residual - self.offset)
 
     def posterior(self, x: list, prior: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean and standard deviation of log-latency."""

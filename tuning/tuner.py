@@ -59,68 +59,96 @@ class Tuner:
     make: Callable
     description: str
     needs_checkpoint: bool
+    needs_pretrained_xgb: bool
 
 
 # every tuner runs in MetaSchedule's loop with the same builder, runner and batch size
 TUNERS = Registry("tuner")
 
 
-def _tuner(name: str, description: str, needs_checkpoint: bool = False) -> Callable:
-    """Register `make(predictor, seed, acquisition, adapt_steps) -> (strategy, cost_model)`."""
+@dataclasses.dataclass(frozen=True)
+class SearchInputs:
+    """What a tuner may build its search from."""
+
+    predictor: object = None  # a CostModelPredictor
+    seed: int = 0
+    acquisition: str = "ei"
+    adapt_steps: int | None = None
+    pretrained_xgb: str | None = None  # a `tuning.pretrained_xgb` file
+
+
+def _tuner(name: str, description: str, needs_checkpoint: bool = False,
+           needs_pretrained_xgb: bool = False) -> Callable:
+    """Register `make(SearchInputs) -> (strategy, cost_model)` under `name`."""
     def register(make: Callable) -> Callable:
-        TUNERS.register(name)(Tuner(make, description, needs_checkpoint))
+        TUNERS.register(name)(Tuner(make, description, needs_checkpoint, needs_pretrained_xgb))
         return make
     return register
 
 
 @_tuner("bo", "ours: BayesOptSearch, the learned model as prior + a GP on its residual, EI",
         needs_checkpoint=True)
-def _bo(predictor, seed: int, acquisition: str, adapt_steps: int | None):
+def _bo(inputs: SearchInputs):
     from tuning.search import BayesOptSearch
 
-    return BayesOptSearch(predictor, "prior-gp", acquisition, seed=seed), "random"
+    return BayesOptSearch(inputs.predictor, "prior-gp", inputs.acquisition,
+                          seed=inputs.seed), "random"
 
 
 @_tuner("ms-default", "MetaSchedule's default: EvolutionarySearch + XGBModel, which scores at "
         "random until it has 100 measurements")
-def _ms_default(predictor, seed: int, acquisition: str, adapt_steps: int | None):
+def _ms_default(inputs: SearchInputs):
     return "evolutionary", "xgb"
+
+
+@_tuner("ms-xgb-pretrained", "EvolutionarySearch + XGBModel trained beforehand on the "
+        "checkpoint's training records (TenSet's transfer baseline), no warm-up, retrained on "
+        "all its data after every round", needs_pretrained_xgb=True)
+def _ms_xgb_pretrained(inputs: SearchInputs):
+    from training.baselines import load_xgb
+
+    # MetaSchedule retrains once its data grew by a fifth: with thousands of pretraining
+    # records that would be never within a tuning budget, so it retrains every round
+    return "evolutionary", load_xgb(inputs.pretrained_xgb, seed=inputs.seed,
+                                    adaptive_training=False)
 
 
 @_tuner("ms-ours", "EvolutionarySearch + our model as its cost model (LearnedCostModel)",
         needs_checkpoint=True)
-def _ms_ours(predictor, seed: int, acquisition: str, adapt_steps: int | None):
+def _ms_ours(inputs: SearchInputs):
     from tuning.cost_model import LearnedCostModel
 
-    kwargs = {} if adapt_steps is None else {"adapt_steps": adapt_steps}
-    return "evolutionary", LearnedCostModel(predictor, **kwargs)
+    kwargs = {} if inputs.adapt_steps is None else {"adapt_steps": inputs.adapt_steps}
+    return "evolutionary", LearnedCostModel(inputs.predictor, **kwargs)
 
 
 @_tuner("random", "ReplayTrace: random schedules of the design space")
-def _random(predictor, seed: int, acquisition: str, adapt_steps: int | None):
+def _random(inputs: SearchInputs):
     from tvm.s_tir import meta_schedule as ms
 
     return ms.search_strategy.ReplayTrace(), "random"
 
 
 @_tuner("ytopt", "ytopt's recipe: a random forest over the sampled decisions, LCB, no prior")
-def _ytopt(predictor, seed: int, acquisition: str, adapt_steps: int | None):
+def _ytopt(inputs: SearchInputs):
     from tuning.search import BayesOptSearch
 
-    return BayesOptSearch(None, "forest", "lcb", evolve_fraction=0.0, seed=seed), "random"
+    return BayesOptSearch(None, "forest", "lcb", evolve_fraction=0.0, seed=inputs.seed), "random"
 
 
-def make_search(tuner: str, predictor, seed: int, acquisition: str = "ei",
-                adapt_steps: int | None = None):
+def make_search(tuner: str, inputs: SearchInputs):
     """(strategy, cost_model) arguments of `tune_tir` for a tuner name.
 
     Raises:
-        UserError: an unknown tuner, or one that needs a checkpoint and got none.
+        UserError: an unknown tuner, or one that needs a checkpoint or a pretrained XGBModel
+            and got none.
     """
     entry = TUNERS.get(tuner)
-    if entry.needs_checkpoint and predictor is None:
+    if entry.needs_checkpoint and inputs.predictor is None:
         raise UserError(f"tuner {tuner!r} needs a cost-model checkpoint")
-    return entry.make(predictor, seed, acquisition, adapt_steps)
+    if entry.needs_pretrained_xgb and inputs.pretrained_xgb is None:
+        raise UserError(f"tuner {tuner!r} needs the pretrained XGBModel of a checkpoint")
+    return entry.make(inputs)
 
 
 @derived_object
@@ -149,8 +177,8 @@ class ProgressBar(PyMeasureCallback):
 
 
 @contextlib.contextmanager
-def _tuning(target, tuner: str, trials: int, work_dir: str, predictor, seed: int,
-            acquisition: str, progress: bool, desc: str):
+def _tuning(target, tuner: str, trials: int, work_dir: str, inputs: SearchInputs,
+            progress: bool, desc: str):
     """What every MetaSchedule tuning call here shares: the checks, the tensor intrinsics of
     the target only, the tuner's (strategy, cost model), quiet and robust logging, and the
     measure callbacks with a progress bar. Yields the keyword arguments for `tune_tir` and
@@ -162,39 +190,38 @@ def _tuning(target, tuner: str, trials: int, work_dir: str, predictor, seed: int
     if trials < 1:
         raise UserError(f"the trial budget must be at least 1, not {trials}")
     load_tensor_intrinsics(target.kind.name)  # before MetaSchedule imports every backend's
-    strategy, cost_model = make_search(tuner, predictor, seed, acquisition)
+    strategy, cost_model = make_search(tuner, inputs)
     os.makedirs(work_dir, exist_ok=True)
     logging.getLogger(METASCHEDULE_LOGGER).setLevel(logging.WARNING)  # log files keep all
     bar = ProgressBar(trials, desc or tuner, progress)
     try:
         with metaschedule_logging():
-            yield {"strategy": strategy, "cost_model": cost_model, "seed": seed,
+            yield {"strategy": strategy, "cost_model": cost_model, "seed": inputs.seed,
                    "measure_callbacks": [*ms.MeasureCallback.create("default"), bar]}
     finally:
         bar.close()
 
 
 def tune_workload(mod, target, tuner: str, trials: int, work_dir: str, measurer,
-                  predictor=None, seed: int = 0, trials_per_iter: int = DEFAULT_TRIALS_PER_ITER,
-                  acquisition: str = "ei", progress: bool = False, desc: str = ""):
+                  inputs: SearchInputs = SearchInputs(),
+                  trials_per_iter: int = DEFAULT_TRIALS_PER_ITER, progress: bool = False,
+                  desc: str = ""):
     """Tune one TIR workload into the JSON database in `work_dir`; returns the database."""
     from tvm.s_tir import meta_schedule as ms
 
-    with _tuning(target, tuner, trials, work_dir, predictor, seed, acquisition, progress,
-                 desc) as search:
+    with _tuning(target, tuner, trials, work_dir, inputs, progress, desc) as search:
         return ms.tune_tir(mod, target, work_dir, max_trials_global=trials,
                            num_trials_per_iter=min(trials_per_iter, trials),
                            builder=measurer.builder, runner=measurer.runner, **search)
 
 
 def tune_network(mod, params, target, tuner: str, trials: int, work_dir: str, measurer,
-                 predictor=None, seed: int = 0, trials_per_iter: int = DEFAULT_TRIALS_PER_ITER,
-                 acquisition: str = "ei", progress: bool = False):
+                 inputs: SearchInputs = SearchInputs(),
+                 trials_per_iter: int = DEFAULT_TRIALS_PER_ITER, progress: bool = False):
     """Tune every task of a relax module (trials spread by task weight); returns the database."""
     from tvm.s_tir import meta_schedule as ms
 
-    with _tuning(target, tuner, trials, work_dir, predictor, seed, acquisition, progress,
-                 tuner) as search:
+    with _tuning(target, tuner, trials, work_dir, inputs, progress, tuner) as search:
         return ms.relax_integration.tune_relax(
             mod, params, target, work_dir, max_trials_global=trials,
             num_trials_per_iter=trials_per_iter, builder=measurer.builder,

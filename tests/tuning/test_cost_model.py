@@ -17,7 +17,7 @@ def test_tune_tir_with_learned_cost_model(tiny_checkpoint, tmp_path):
     from tuning.cost_model import LearnedCostModel
 
     model = LearnedCostModel(tiny_checkpoint, adapt_steps=5)
-    before = [p.detach().clone() for p in model.predictor.model.parameters()]
+    before = [p.detach().clone() for p in model.predictor.members[0].model.parameters()]
     builder = PersistentBuilder("llvm")
     try:
         with metaschedule_logging():
@@ -28,7 +28,7 @@ def test_tune_tir_with_learned_cost_model(tiny_checkpoint, tmp_path):
         builder.shutdown()
     assert len(JSONDatabase(work_dir=str(tmp_path)).get_all_tuning_records()) >= 4
     assert len(model.measured) >= 4  # update saw the measurements ...
-    after = list(model.predictor.model.parameters())
+    after = list(model.predictor.members[0].model.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(after, before))  # ... and adapted
 
     # save and load give the same predictions

@@ -6,7 +6,7 @@ import pytest
 
 from datagen.errors import UserError
 from tuning.search import PRIOR_SIGMA, SURROGATES, PriorGP, acquisition_scores
-from tuning.tuner import TUNERS, make_search
+from tuning.tuner import TUNERS, SearchInputs, make_search
 
 
 def pool(n: int = 60, dims: int = 8, seed: int = 0):
@@ -49,16 +49,40 @@ def test_acquisition_functions():
 
 
 def test_registries_name_their_pieces():
-    assert TUNERS.names() == ("bo", "ms-default", "ms-ours", "random", "ytopt")
+    assert TUNERS.names() == ("bo", "ms-default", "ms-xgb-pretrained", "ms-ours", "random",
+                              "ytopt")
     assert [n for n in TUNERS.names() if TUNERS.get(n).needs_checkpoint] == ["bo", "ms-ours"]
+    assert [n for n in TUNERS.names() if TUNERS.get(n).needs_pretrained_xgb] == \
+        ["ms-xgb-pretrained"]
     assert all(TUNERS.get(n).description for n in TUNERS.names())
     assert SURROGATES.names() == ("prior-gp", "forest")
-    assert make_search("ms-default", None, 0) == ("evolutionary", "xgb")
+    assert make_search("ms-default", SearchInputs()) == ("evolutionary", "xgb")
     with pytest.raises(UserError, match="unknown tuner 'nope'; choose one of bo, ms-default"):
-        make_search("nope", None, 0)
+        make_search("nope", SearchInputs())
     with pytest.raises(UserError, match="tuner 'bo' needs a cost-model checkpoint"):
-        make_search("bo", None, 0)
+        make_search("bo", SearchInputs())
+    with pytest.raises(UserError, match="needs the pretrained XGBModel"):
+        make_search("ms-xgb-pretrained", SearchInputs())
     with pytest.raises(UserError, match="unknown surrogate"):
         from tuning.search import BayesOptSearch
 
         BayesOptSearch(None, "kriging")
+
+
+def test_paired_statistics_on_hand_made_runs():
+    from tuning.compare import paired_stats
+
+    # two workloads x two seeds; bo's finalists are 10% faster except one 5% slower pair
+    curves = {w: {"bo": [[3.0, 1.0]] * 2, "ms-default": [[2.0, 1.5]] * 2} for w in ("a", "b")}
+    remeasured = {w: {8: {"bo": [[0.9] * 4, [0.9] * 4],
+                          "ms-default": [[1.0] * 4, [1.0] * 4]}} for w in ("a", "b")}
+    remeasured["b"][8]["bo"][1] = [1.05, 1.05, 1.06, 1.04]
+    (row,) = paired_stats(curves, remeasured, trials=2)
+    assert (row["ours"], row["baseline"], row["n"]) == ("bo", "ms-default", 4)
+    assert (row["wins"], row["ties"], row["losses"]) == (3, 0, 1)
+    ratios = [0.9, 0.9, 0.9, 1.05]
+    assert row["geomean_ratio"] == pytest.approx(np.exp(np.mean(np.log(ratios))))
+    lo, hi = row["ci95"]
+    assert 0.9 <= lo <= row["geomean_ratio"] <= hi <= 1.05
+    # bo's in-run curve reaches ms-default's 1.5 at its second trial
+    assert row["to_reach_median"] == 2 and row["reached"] == "4/4"

@@ -1,6 +1,7 @@
 """The BO search strategy and the `tune` CLI, with real builds and measurements."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -154,24 +155,37 @@ def test_tune_run_database_applies_with_compile_tir(tiny_checkpoint, tmp_path):
     np.testing.assert_allclose(args[2].numpy(), a @ b.T, rtol=1e-4)
 
 
-def test_tune_compare_prints_both_tuners(tiny_checkpoint, tmp_path):
+def test_tune_compare_against_pretrained_xgb_with_remeasured_finalists(tiny_checkpoint,
+                                                                       tmp_path):
+    tuners = ["bo", "ms-xgb-pretrained", "ms-default"]
     out = tmp_path / "cmp"
-    proc = run_cli("compare", WORKLOAD, "--tuners", "bo", "ms-default", "--trials", "8",
-                   "--trials-per-iter", "4", "--budgets", "4", "8", "--out", str(out),
-                   "--checkpoint", tiny_checkpoint, "--no-progress", prog="tune", check=True)
+    args = ["compare", WORKLOAD, "--tuners", *tuners, "--trials", "8", "--trials-per-iter", "4",
+            "--budgets", "4", "8", "--remeasure-rounds", "3", "--out", str(out),
+            "--checkpoint", tiny_checkpoint, "--no-progress"]
+    proc = run_cli(*args, prog="tune", check=True)
     assert "geometric mean over workloads" in proc.stdout
-    assert "bo" in proc.stdout and "ms-default" in proc.stdout
+    assert "XGBModel trained beforehand" in proc.stdout  # it says what each tuner is
+    assert "bo@8 / ms-xgb-pretrained@8: ratio" in proc.stdout
     summary = json.loads((out / "summary.json").read_text())
-    assert set(summary["workloads"][WORKLOAD]) == {"bo", "ms-default"}
+    assert list(summary["workloads"][WORKLOAD]) == tuners
+    assert all(math.isfinite(r["remeasured@8"]) for r in summary["workloads"][WORKLOAD].values())
+    paired = {(p["ours"], p["baseline"]): p for p in summary["paired"]}
+    assert set(paired) == {("bo", "ms-xgb-pretrained"), ("bo", "ms-default")}
+    row = paired[("bo", "ms-default")]
+    assert row["n"] == 1 and row["wins"] + row["ties"] + row["losses"] == 1
+    # every finalist was re-measured 3 times, all together
+    (remeasured,) = out.glob("runs/*/remeasured-seed0.json")
+    data = json.loads(remeasured.read_text())
+    assert data["rounds"] == 3 and all(len(v) == 3 for v in data["budgets"]["8"].values())
+    # the pretrained XGBModel was fitted on the checkpoint's training records and cached
+    assert len(list((out / "cache").glob("xgb-pretrained-*.xgb.npz"))) == 1
     assert (out / "curves.png").exists()
-    # a finished comparison is read back, not tuned again: no run's database grows
-    databases = sorted(out.glob("runs/**/database_tuning_record.json"))
-    before = [p.read_bytes() for p in databases]
-    run_cli("compare", WORKLOAD, "--tuners", "bo", "ms-default", "--trials", "8",
-            "--trials-per-iter", "4", "--budgets", "4", "8", "--out", str(out),
-            "--checkpoint", tiny_checkpoint, "--no-progress", prog="tune", check=True)
+    # a finished comparison is read back, not tuned or re-measured again
+    files = sorted(out.glob("runs/**/database_tuning_record.json")) + [remeasured]
+    before = [p.read_bytes() for p in files]
+    run_cli(*args, prog="tune", check=True)
     assert json.loads((out / "summary.json").read_text()) == summary
-    assert len(databases) == 2 and [p.read_bytes() for p in databases] == before
+    assert len(files) == 4 and [p.read_bytes() for p in files] == before
 
 
 class TinyMLP(torch.nn.Module):
@@ -243,6 +257,9 @@ def test_interrupted_run_keeps_its_measurements(tiny_checkpoint, tmp_path):
     (["run", WORKLOAD, "--tracker", "127.0.0.1:1", "--key", "gpu"], "is unreachable"),
     (["run", "--torch-model", "missing.pt2"], "does not exist"),
     (["run", WORKLOAD, "--checkpoint", "missing.ckpt"], "does not exist"),
+    (["run", WORKLOAD, "--trials", "4", "--trials-per-iter", "8"], "a budget below one round"),
+    (["compare", WORKLOAD, "--tuners", "ms-xgb-pretrained", "--dataset", "no/such/dir"],
+     "expected in no/such/dir, which does not exist; pass --dataset DIR"),
 ])
 def test_bad_input(args, match, tmp_path, tiny_checkpoint):
     extra = [] if "--checkpoint" in args else ["--checkpoint", tiny_checkpoint]

@@ -1,0 +1,87 @@
+"""The model of the `ms-xgb-pretrained` baseline: MetaSchedule's XGBModel trained beforehand on
+exactly the records a checkpoint was trained on (TenSet's transfer baseline, the fair opponent
+of a pretrained cost model).
+
+It is found, in this order: beside the checkpoint (`NAME.xgb.npz` for `NAME.ckpt`; the shipped
+checkpoints carry theirs), in the cache folder, or fitted on the checkpoint's training
+workloads from its dataset and written to the cache folder. Each file names what it was fitted
+on (the training workloads, the target, the TVM version), so a file for other records is never
+used. Files hold arrays only and load without unpickling (`training.baselines.load_xgb`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+from datagen.errors import UserError
+
+SUFFIX = ".xgb.npz"
+
+
+def fingerprint(meta: dict) -> str:
+    """What a pretrained XGBModel for a checkpoint with this description is fitted on."""
+    import tvm
+
+    text = json.dumps({"train": sorted(meta["sides"]["train"]), "target": meta["target"],
+                       "tvm": tvm.__version__}, sort_keys=True)
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def beside(checkpoint_path: str) -> str:
+    """Where the pretrained model of a checkpoint file lives next to it."""
+    return os.path.splitext(checkpoint_path)[0] + SUFFIX
+
+
+def pretrained_xgb_file(checkpoint_path: str, meta: dict, cache_dir: str,
+                        dataset: str | None = None, progress: bool = True) -> str:
+    """A file with the XGBModel pretrained on the checkpoint's training records.
+
+    Args:
+        checkpoint_path: the checkpoint (its first member, for an ensemble).
+        meta: its description (training workloads, target, dataset).
+        cache_dir: where a model fitted here is kept for the next run.
+        dataset: the records it was trained on (default: the folder the checkpoint names).
+
+    Raises:
+        UserError: no file fits and the training records cannot be found.
+    """
+    from training.baselines import fit_xgb, load_xgb, save_xgb
+
+    fp = fingerprint(meta)
+    cached = os.path.join(cache_dir, f"xgb-pretrained-{fp[:16]}{SUFFIX}")
+    for path in (beside(checkpoint_path), cached):
+        if load_xgb(path, fp) is not None:
+            return path
+    frame = training_records(checkpoint_path, meta, dataset)
+    from datagen.tvm_env import make_target
+
+    model = fit_xgb(frame, make_target(json.loads(meta["target"])), progress=progress)
+    os.makedirs(cache_dir, exist_ok=True)
+    save_xgb(model, cached, fp)
+    return cached
+
+
+def training_records(checkpoint_path: str, meta: dict, dataset: str | None):
+    """The usable records of the checkpoint's training workloads.
+
+    Raises:
+        UserError: the dataset is missing or holds none of those workloads.
+    """
+    from datagen.records import read_records
+    from training.data import RECORD_COLUMNS, usable
+
+    folder = dataset or meta["dataset"]
+    hint = ("pass --dataset DIR with the records it was trained on "
+            f"({len(meta['sides']['train'])} training workloads)")
+    if not os.path.isdir(folder):
+        raise UserError(f"the ms-xgb-pretrained baseline trains on the records "
+                        f"{checkpoint_path} was trained on, expected in {folder}, which does "
+                        f"not exist; {hint}")
+    frame, _ = usable(read_records(folder, RECORD_COLUMNS))
+    frame = frame[frame.workload_key.isin(meta["sides"]["train"])].reset_index(drop=True)
+    if frame.empty:
+        raise UserError(f"{folder} has none of the training workloads of {checkpoint_path}; "
+                        f"{hint}")
+    return frame
