@@ -3,6 +3,7 @@
     datagen collect [WORKLOAD|SUITE ...] --out DIR      sample, build, measure, commit
     datagen stats DIR                                   summary per family and workload
     datagen workloads [SUITE]                           list suites and workload keys
+    datagen networks [--extract [NAME ...]]             real networks and their tasks
     datagen import-db WORKLOAD_JSON RECORD_JSON --out DIR
     datagen export-db DIR --out FOLDER                  as a MetaSchedule JSON database
 """
@@ -13,7 +14,8 @@ import argparse
 import sys
 
 from datagen.builder import DEFAULT_BUILD_TIMEOUT_SEC
-from datagen.collect import DEFAULT_BATCH_SIZE, DEFAULT_EVOLVE_FRACTION, DEFAULT_PER_WORKLOAD
+from datagen.collect import (DEFAULT_BATCH_SIZE, DEFAULT_EVOLVE_FRACTION, DEFAULT_PER_WORKLOAD,
+                             DEFAULT_RETRY_CV)
 from datagen.errors import UserError, run_command
 from datagen.measure import DEFAULT_PROTOCOL, DEFAULT_RUN_TIMEOUT_SEC
 
@@ -41,7 +43,7 @@ def _collect(args) -> int:
         batch_size=args.batch_size, evolve_fraction=args.evolve_fraction, seed=args.seed,
         protocol=protocol, tracker=tracker, num_threads=args.threads,
         build_workers=args.build_workers, build_timeout=args.build_timeout,
-        run_timeout=args.run_timeout)
+        run_timeout=args.run_timeout, retry_cv=args.retry_cv if args.retry_cv > 0 else None)
     try:
         summary = collect(cfg, progress=not args.no_progress)
     except KeyboardInterrupt:
@@ -68,15 +70,39 @@ def _stats(args) -> int:
 
 
 def _workloads(args) -> int:
-    from datagen.workloads import SUITES, get_suite
+    from datagen.workloads import all_suites, get_suite
 
     if args.suite:
         for w in get_suite(args.suite):
-            print(f"{w.key}\t{w.network}\tweight={w.weight}")
+            print(f"{w.key}\t{w.family}\t{w.network}\tweight={w.weight}")
         return 0
-    for name, items in SUITES.items():
+    for name, items in all_suites().items():
         families = sorted({w.family for w in items})
         print(f"{name}\t{len(items)} workloads\t{', '.join(families)}")
+    return 0
+
+
+def _networks(args) -> int:
+    from collections import Counter
+
+    from datagen.networks import CATALOG, NETWORKS, SUITE_PREFIX, extract, network_suites
+    from datagen.tvm_env import make_target
+
+    path = args.catalog or CATALOG
+    if args.extract is not None:
+        names = args.extract or list(NETWORKS)
+        result = extract(names, make_target(args.target, None), path,
+                         progress=not args.no_progress)
+        print(f"{result['tasks']} distinct tasks of {len(names) - len(result['failed'])} "
+              f"networks written to {path}")
+        return 2 if result["failed"] else 0
+    suites = network_suites(path)
+    for name, net in NETWORKS.items():
+        tasks = suites.get(SUITE_PREFIX + name, [])
+        families = Counter(w.family for w in tasks)
+        inputs = ", ".join(v for v, _ in net.inputs)
+        print(f"{SUITE_PREFIX}{name}\t{len(tasks)} tasks\tinputs {inputs}\t"
+              + ", ".join(f"{f} {n}" for f, n in sorted(families.items())))
     return 0
 
 
@@ -130,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds per measurement")
     p.add_argument("--tracker", metavar="HOST:PORT", help="measure through this RPC tracker")
     p.add_argument("--key", help="device key to request from the tracker")
+    p.add_argument("--retry-cv", type=float, default=DEFAULT_RETRY_CV,
+                   help="measure a candidate again at the end of its round when its repeats "
+                   "spread more than this (std/mean; both measurements are kept; 0: never)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_collect)
 
@@ -141,6 +170,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("workloads", help="list suites, or the workloads of one suite")
     p.add_argument("suite", nargs="?")
     p.set_defaults(func=_workloads)
+
+    p = sub.add_parser("networks", help="real networks, and their tasks in the shipped catalogue "
+                       "(suites net-NAME and networks)")
+    p.add_argument("--extract", nargs="*", metavar="NAME", help="rebuild the catalogue from "
+                   "these networks (all if none; needs pip install -e '.[networks]')")
+    p.add_argument("--catalog", help="catalogue file (default: the one shipped with datagen)")
+    p.add_argument("--target", help="TVM target to extract for (default: llvm for this CPU)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_networks)
 
     p = sub.add_parser("import-db", help="import a MetaSchedule JSON database as records")
     p.add_argument("workload_json")

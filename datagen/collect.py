@@ -25,6 +25,8 @@ from datagen.workloads import Workload
 DEFAULT_PER_WORKLOAD = 32
 DEFAULT_BATCH_SIZE = 16
 DEFAULT_EVOLVE_FRACTION = 0.5
+# a candidate whose repeats spread more than this is measured again at the end of its round
+DEFAULT_RETRY_CV = 0.10
 STATE_COLUMNS = ["workload_key", "target", "trace_hash", "status", "latency_median", "trace",
                  "round"]
 
@@ -45,6 +47,8 @@ class CollectConfig:
         seed: collection seed.
         protocol: measurement protocol overrides (see `datagen.measure.DEFAULT_PROTOCOL`).
         tracker: measure through this RPC tracker.
+        retry_cv: re-measure, at the end of its round, a candidate whose repeats spread more
+            than this (coefficient of variation); both measurements are kept. None: never.
         num_threads, build_workers, build_timeout, run_timeout: see `Measurer`.
     """
 
@@ -63,6 +67,7 @@ class CollectConfig:
     build_workers: int | None = None
     build_timeout: float | None = None
     run_timeout: float = DEFAULT_RUN_TIMEOUT_SEC
+    retry_cv: float | None = DEFAULT_RETRY_CV
 
 
 @dataclasses.dataclass
@@ -110,6 +115,11 @@ def load_state(out: str, target_text: str) -> dict[str, WorkloadState]:
 def _row(w: Workload, definition: str, cand: Candidate, res: MeasureResult, round_: int,
          context: dict) -> dict:
     lat = res.latencies if res.status == OK else []
+    retry = res.retry.latencies if res.retry is not None and res.retry.status == OK else []
+    # the label is the measurement that spread less
+    label = min([m for m in (lat, retry) if m] or [lat],
+                key=lambda m: latency_stats(m)["latency_cv"])
+    run_secs = res.run_secs + (res.retry.run_secs if res.retry is not None else 0.0)
     return {
         **context,
         "workload_key": w.key, "family": w.family, "workload_params": w.params_json,
@@ -117,8 +127,8 @@ def _row(w: Workload, definition: str, cand: Candidate, res: MeasureResult, roun
         "trace": cand.trace_json, "trace_hash": cand.trace_hash, "origin": cand.origin,
         "parent_hash": cand.parent_hash, "mutator": cand.mutator, "round": round_,
         "status": res.status, "error": res.error, "latencies": res.latencies,
-        **latency_stats(lat),
-        "build_secs": res.build_secs, "run_secs": res.run_secs,
+        "retry_latencies": retry, **latency_stats(label),
+        "build_secs": res.build_secs, "run_secs": run_secs,
         "collected_at": datetime.datetime.now(datetime.timezone.utc),
     }
 
@@ -184,7 +194,7 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
                     bar.update(cfg.per_workload - st.count)
                     pending.remove(w)
                     continue
-                results = measurer.measure([c.mod for c in cands])
+                results = measurer.measure([c.mod for c in cands], cfg.retry_cv)
                 rows = [_row(w, definition, c, res, st.rounds, context)
                         for c, res in zip(cands, results)]
                 writer.write(rows)

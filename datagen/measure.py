@@ -68,6 +68,7 @@ class MeasureResult:
     error: str = ""
     build_secs: float = math.nan
     run_secs: float = math.nan
+    retry: "MeasureResult | None" = None  # the second measurement of a noisy candidate
 
     @property
     def median(self) -> float | None:
@@ -163,14 +164,22 @@ class Measurer:
                                session_timeout_sec=int(math.ceil(run_timeout)))
             self.runner = RPCRunner(config, evaluator, max_workers=1)
 
-    def measure(self, mods: list) -> list[MeasureResult]:
-        """Build all scheduled `mods`, then run the built ones one at a time."""
-        return [rounds[0] for rounds in self.remeasure(mods, 1)]
+    def measure(self, mods: list, retry_cv: float | None = None) -> list[MeasureResult]:
+        """Build all scheduled `mods`, then run the built ones one at a time.
 
-    def remeasure(self, mods: list, rounds: int) -> list[list[MeasureResult]]:
+        With `retry_cv`, every candidate whose repeats spread more than that (coefficient of
+        variation) is run a second time once the whole batch has run, and that measurement
+        is kept beside the first as `MeasureResult.retry`.
+        """
+        return [rounds[0] for rounds in self.remeasure(mods, 1, retry_cv)]
+
+    def remeasure(self, mods: list, rounds: int,
+                  retry_cv: float | None = None) -> list[list[MeasureResult]]:
         """Build all `mods` once, then run them interleaved `rounds` times (A B C, A B C, ...),
         so that a slow spell of the machine hits every program alike. Per program, its
-        `rounds` results (a program that failed to build: that failure, `rounds` times)."""
+        `rounds` results (a program that failed to build: that failure, `rounds` times).
+        With `retry_cv`, a last result whose repeats spread more than that is run once more
+        at the end (see `measure`)."""
         from tvm.s_tir.meta_schedule.builder import BuilderInput
 
         from datagen.builder import TIMEOUT_PREFIX, remove_artifact
@@ -190,6 +199,11 @@ class Measurer:
                                                         res.error_msg[-MAX_ERROR_CHARS:]))
                         continue
                     results[i].append(self._run(mod, res.artifact_path, build_secs))
+            if retry_cv is not None:
+                for mod, res, runs in zip(mods, built, results):
+                    if runs[-1].status == OK and \
+                            latency_stats(runs[-1].latencies)["latency_cv"] > retry_cv:
+                        runs[-1].retry = self._run(mod, res.artifact_path, runs[-1].build_secs)
         finally:
             for res in built:
                 if res.error_msg is None:

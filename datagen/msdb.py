@@ -87,7 +87,7 @@ def import_database(workload_json: str, record_json: str, out: str) -> int:
                 "cpu_model": "", "num_threads": 0, "trace": trace, "trace_hash": digest,
                 "origin": "imported", "parent_hash": "", "mutator": "", "round": 0,
                 "status": OK if ok else RUN_ERROR, "error": "" if ok else "failed in source",
-                "latencies": lat, **latency_stats(lat),
+                "latencies": lat, "retry_latencies": [], **latency_stats(lat),
                 "build_secs": math.nan, "run_secs": math.nan, "protocol": "{}", "seed": 0,
                 "tvm_version": ver["tvm"], "tvm_ffi_version": ver["tvm_ffi"],
                 "project_version": ver["project"],

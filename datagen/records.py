@@ -5,7 +5,11 @@ hidden temporary file, flushed to disk and renamed into place, so a reader sees 
 or none of it, and a collection killed at any moment (SIGKILL included) loses nothing that was
 committed. Only `*.parquet` files are data; leftovers of a killed writer (`.tmp-*`) are ignored
 and cleaned up by the next writer. `SCHEMA_VERSION` is stored in every shard's metadata and
-checked on read.
+checked on read. Version 2 added `retry_latencies`; version-1 shards are read as well, with
+that column empty, so older datasets stay readable and comparable.
+
+The label columns (`latency_median`, `latency_std`, `latency_cv`) describe `latencies`, or,
+when a noisy candidate was measured twice, whichever of its two measurements spread less.
 
 Columns (one row per measured candidate):
 
@@ -30,8 +34,9 @@ Columns (one row per measured candidate):
 | status | string | `ok`, `build_error`, `build_timeout`, `run_error`, `run_timeout` |
 | error | string | error message when not ok |
 | latencies | list<double> | every timed repeat, seconds |
-| latency_median | double | median of `latencies`, seconds (NaN when not ok) |
-| latency_std | double | standard deviation of `latencies` |
+| retry_latencies | list<double> | a noisy candidate's second measurement (schema 2; else empty) |
+| latency_median | double | median of the repeats, seconds (NaN when not ok) |
+| latency_std | double | standard deviation of the repeats |
 | latency_cv | double | spread: std / mean (flag noisy measurements with this) |
 | build_secs | double | time to build the candidate |
 | run_secs | double | wall time of its measurement (load, warm-up, repeats) |
@@ -53,7 +58,8 @@ import pyarrow.parquet as pq
 
 from datagen.errors import UserError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 SCHEMA_KEY = b"tvm_costmodel.schema_version"
 SHARD_PATTERN = "shard-*.parquet"
 TMP_PREFIX = ".tmp-"
@@ -79,6 +85,7 @@ SCHEMA = pa.schema([
     ("status", pa.string()),
     ("error", pa.string()),
     ("latencies", pa.list_(pa.float64())),
+    ("retry_latencies", pa.list_(pa.float64())),
     ("latency_median", pa.float64()),
     ("latency_std", pa.float64()),
     ("latency_cv", pa.float64()),
@@ -105,11 +112,24 @@ def _checked_schema(path: str) -> pa.Schema:
         raise UserError(f"{path} is not a readable record shard ({err}); move it aside "
                         "and run again") from None
     found = (schema.metadata or {}).get(SCHEMA_KEY)
-    if found is None or int(found) != SCHEMA_VERSION:
+    if found is None or int(found) not in READABLE_VERSIONS:
         raise UserError(f"{path} has record schema version "
                         f"{found.decode() if found else 'none'}, this version reads "
-                        f"{SCHEMA_VERSION}: collect into a new folder or convert the dataset")
+                        f"{', '.join(map(str, READABLE_VERSIONS))}: collect into a new folder "
+                        "or convert the dataset")
     return schema
+
+
+def _read_shard(path: str, schema: pa.Schema, columns: list[str]) -> pa.Table:
+    """The `columns` of one shard; columns its (older) schema lacks come back empty."""
+    present = [c for c in columns if c in schema.names]
+    table = pq.read_table(path, columns=present).replace_schema_metadata(None)
+    for name in columns:
+        if name not in schema.names:
+            field = SCHEMA.field(name)
+            empty = [] if pa.types.is_list(field.type) else None
+            table = table.append_column(field, pa.array([empty] * len(table), field.type))
+    return table.select(columns)
 
 
 def read_records(root: str, columns: list[str] | None = None):
@@ -124,9 +144,9 @@ def read_records(root: str, columns: list[str] | None = None):
         raise UserError(f"dataset folder {root} does not exist")
     tables = []
     for path in shard_paths(root):
-        _checked_schema(path)
+        schema = _checked_schema(path)
         try:
-            tables.append(pq.read_table(path, columns=columns))
+            tables.append(_read_shard(path, schema, columns or SCHEMA.names))
         except Exception as err:  # noqa: BLE001  (pyarrow raises several kinds)
             raise UserError(f"{path} is not a readable record shard ({err}); move it aside "
                             "and run again") from None

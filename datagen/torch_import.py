@@ -2,7 +2,8 @@
 
 The model is given as a `torch.export` program (`torch.export.save(ep, "model.pt2")`), which
 carries its example inputs, so no model code is executed when loading it. Each extracted task
-becomes a `Workload` of family "torch" whose IRModule travels with it, and whose weight is the
+becomes a `Workload` (key `torch/NAME`, family from `datagen.networks.task_family`) whose
+IRModule travels with it, and whose weight is the
 number of times the task occurs in the model.
 """
 
@@ -37,6 +38,8 @@ def workloads_from_exported(exported_program, target, network: str = "torch") ->
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
+    from datagen.networks import task_family
+
     load_tensor_intrinsics(target.kind.name)
     tasks = ms.relax_integration.extract_tasks(relax_module(exported_program, target), target)
     out = []
@@ -44,8 +47,10 @@ def workloads_from_exported(exported_program, target, network: str = "torch") ->
         mod = task.dispatched[0]
         digest = hashlib.sha1(mod.script().encode()).hexdigest()[:10]
         name = re.sub(r"[^A-Za-z0-9_]+", "_", str(task.task_name))
-        out.append(Workload("torch", (), network=network, weight=int(task.weight),
-                            ir_json=tvm.ir.save_json(mod), name=f"{name}_{digest}"))
+        out.append(Workload(task_family(name, mod), (), network=network,
+                            weight=int(task.weight), ir_json=tvm.ir.save_json(mod),
+                            name=f"{name}_{digest}",
+                            sources=((network, "", int(task.weight)),)))
     return out
 
 

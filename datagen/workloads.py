@@ -122,12 +122,15 @@ class Workload:
     """One tensor program to sample schedules of.
 
     Args:
-        family: operator family (a key of `FAMILIES`, or "torch" for imported tasks).
+        family: operator family (a key of `FAMILIES`, or for tasks imported from a network
+            the coarse family of `datagen.networks.task_family`).
         params: shape parameters of the family, in the family's order.
-        network: the network the shape was taken from.
-        weight: how often the program occurs in its network.
+        network: the network the shape was taken from (several, comma-separated, for a task
+            shared by networks).
+        weight: how often the program occurs in its network(s).
         ir_json: for imported workloads only, the IRModule as `tvm.ir.save_json` text.
         name: for imported workloads only, the task's name.
+        sources: for imported workloads, every (network, input shape, weight) it occurs in.
     """
 
     family: str
@@ -136,19 +139,21 @@ class Workload:
     weight: int = 1
     ir_json: str | None = None
     name: str = ""
+    sources: tuple = ()
 
     @property
     def key(self) -> str:
         """Stable identifier: family and parameters, e.g. 'dense/m128_n768_k768'."""
-        if self.family not in FAMILIES:
-            return f"{self.family}/{self.name}"
+        if self.ir_json is not None:
+            return f"torch/{self.name}"
         names = FAMILIES[self.family][1]
         return f"{self.family}/" + "_".join(f"{n}{v}" for n, v in zip(names, self.params))
 
     @property
     def params_json(self) -> str:
-        if self.family not in FAMILIES:
-            return json.dumps({"name": self.name})
+        if self.ir_json is not None:
+            return json.dumps({"name": self.name, "sources": [
+                {"network": n, "input": i, "weight": w} for n, i, w in self.sources]})
         return json.dumps(dict(zip(FAMILIES[self.family][1], self.params)))
 
     @cached_property
@@ -291,26 +296,36 @@ def _unknown(kind: str, name: str, known) -> UserError:
     return UserError(f"unknown {kind} {name!r}{hint}; see 'datagen workloads' for the list")
 
 
+def all_suites() -> dict[str, list[Workload]]:
+    """The registry's suites and those of the shipped network catalogue (`net-NAME`,
+    `networks`; see `datagen.networks`)."""
+    from datagen.networks import network_suites
+
+    return {**SUITES, **network_suites()}
+
+
 def get_suite(name: str) -> list[Workload]:
     """The workloads of a named suite."""
-    if name not in SUITES:
-        raise _unknown("suite", name, SUITES)
-    return list(SUITES[name])
+    suites = all_suites()
+    if name not in suites:
+        raise _unknown("suite", name, suites)
+    return list(suites[name])
 
 
 def resolve(names: list[str]) -> list[Workload]:
     """Turn workload keys and suite names into workloads, in order, without duplicates."""
-    known = {w.key: w for suite in SUITES.values() for w in suite}
+    suites = all_suites()
+    known = {w.key: w for suite in suites.values() for w in suite}
     out: dict[str, Workload] = {}
     for name in names:
-        if name in SUITES:
-            items = SUITES[name]
+        if name in suites:
+            items = suites[name]
         elif name in known:
             items = [known[name]]
         elif name.partition("/")[0] in FAMILIES and "/" in name:
             items = [from_key(name)]
         else:
-            raise _unknown("workload or suite", name, list(known) + list(SUITES))
+            raise _unknown("workload or suite", name, list(known) + list(suites))
         for w in items:
             out.setdefault(w.key, w)
     return list(out.values())

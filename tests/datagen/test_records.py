@@ -76,3 +76,26 @@ def test_unwritable_output(tmp_path):
 def test_empty_dataset_has_columns(tmp_path):
     frame = records.read_records(str(tmp_path), columns=["workload_key"])
     assert list(frame.columns) == ["workload_key"] and len(frame) == 0
+
+
+def test_version_1_shards_read_with_retry_latencies_empty(tmp_path):
+    v1 = pa.schema([f for f in records.SCHEMA if f.name != "retry_latencies"],
+                   metadata={records.SCHEMA_KEY: b"1"})
+    row = {k: v for k, v in _row(0).items() if k != "retry_latencies"}
+    pq.write_table(pa.Table.from_pylist([row], schema=v1), tmp_path / "shard-old-00001.parquet")
+    writer = records.ShardWriter(str(tmp_path))  # a version-2 shard beside it
+    writer.write([{**_row(1), "retry_latencies": [3e-6, 3e-6]}])
+    writer.close()
+    frame = records.read_records(str(tmp_path))
+    assert list(frame.trace_hash) == ["h1", "h0"] or list(frame.trace_hash) == ["h0", "h1"]
+    by_hash = frame.set_index("trace_hash")
+    assert list(by_hash.loc["h0", "retry_latencies"]) == []
+    assert list(by_hash.loc["h1", "retry_latencies"]) == [3e-6, 3e-6]
+    assert list(records.read_records(str(tmp_path), ["trace_hash", "retry_latencies"]).columns) \
+        == ["trace_hash", "retry_latencies"]
+
+
+def test_committed_llvm_dataset_stays_readable():
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "data", "llvm-full")
+    frame = records.read_records(root, ["workload_key", "latency_median", "retry_latencies"])
+    assert len(frame) == 11238 and frame.retry_latencies.map(len).eq(0).all()

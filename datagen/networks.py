@@ -1,0 +1,290 @@
+"""Workloads from real networks: the MetaSchedule tasks of PyTorch model definitions.
+
+Each network of `NETWORKS` is a Hugging Face `transformers` model definition built from its
+configuration with random weights (nothing is downloaded), exported with `torch.export` at two
+input sizes (`variants`), imported into relax and split into the fused tasks MetaSchedule tunes
+(`datagen.torch_import`). Tasks are deduplicated across networks and input sizes by structural
+hash, and each one remembers every (network, input, weight) it came from.
+
+Extraction needs the optional `networks` extra (transformers) and minutes of CPU, so its
+result is kept in a catalogue, a gzipped JSON-lines file shipped with the package
+(`CATALOG`): `datagen collect net-resnet50` or `datagen collect networks` read it and need
+no model code at all. `datagen networks --extract` rebuilds it.
+
+    datagen networks                         # the networks and their task counts
+    datagen networks --extract [NAME ...]    # rebuild the catalogue (pip install ".[networks]")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import gzip
+import json
+import os
+import re
+import sys
+from collections.abc import Callable
+
+from datagen.errors import UserError
+from datagen.workloads import Workload
+
+CATALOG = os.path.join(os.path.dirname(__file__), "network_tasks.jsonl.gz")
+SUITE_PREFIX = "net-"
+ALL_SUITE = "networks"
+VISION_SIZES = (224, 160)  # input resolutions of the vision networks (batch 1)
+TEXT_LENGTHS = (128, 64)  # sequence lengths of the language models (batch 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Network:
+    """A model definition and the inputs it is exported with.
+
+    Args:
+        name: the network's name in suites and records.
+        build: makes the `torch.nn.Module` (random weights, eval mode is set by the caller).
+        inputs: one entry per variant: (variant name, example input builder).
+        requires: the package whose model definition it is (checked before extracting).
+    """
+
+    name: str
+    build: Callable
+    inputs: tuple[tuple[str, Callable], ...]
+    requires: str = "transformers"
+
+
+def _first_output(model):
+    """Wrap a Hugging Face model so that export sees one tensor out (no caches, no dicts)."""
+    import torch
+
+    class FirstOutput(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner(x, return_dict=False)[0]
+
+    return FirstOutput(model)
+
+
+def _hf(model_cls: str, config_cls: str, **config) -> Callable:
+    def build():
+        import transformers
+
+        cfg = getattr(transformers, config_cls)(**config)
+        if hasattr(cfg, "use_cache"):
+            cfg.use_cache = False
+        return _first_output(getattr(transformers, model_cls)(cfg))
+    return build
+
+
+def _image(size: int) -> tuple[str, Callable]:
+    def make():
+        import torch
+
+        return (torch.randn(1, 3, size, size),)
+    return f"1x3x{size}x{size}", make
+
+
+def _tokens(length: int, vocab: int = 1000) -> tuple[str, Callable]:
+    def make():
+        import torch
+
+        return (torch.randint(0, vocab, (1, length)),)
+    return f"1x{length}", make
+
+
+def _vision(name, model_cls, config_cls, **config) -> Network:
+    return Network(name, _hf(model_cls, config_cls, **config),
+                   tuple(_image(s) for s in VISION_SIZES))
+
+
+def _text(name, model_cls, config_cls, **config) -> Network:
+    return Network(name, _hf(model_cls, config_cls, **config),
+                   tuple(_tokens(n) for n in TEXT_LENGTHS))
+
+
+# Hugging Face configurations of the published architectures (their defaults are the base
+# models unless set here); random weights, inference graphs, batch 1.
+NETWORKS: dict[str, Network] = {n.name: n for n in [
+    _vision("resnet50", "ResNetModel", "ResNetConfig"),
+    _vision("resnet18", "ResNetModel", "ResNetConfig", layer_type="basic", depths=[2, 2, 2, 2],
+            hidden_sizes=[64, 128, 256, 512]),
+    _vision("mobilenetv2", "MobileNetV2Model", "MobileNetV2Config"),
+    _vision("mobilenetv1", "MobileNetV1Model", "MobileNetV1Config"),
+    _vision("efficientnet-b0", "EfficientNetModel", "EfficientNetConfig"),
+    _vision("regnet-y-040", "RegNetModel", "RegNetConfig"),
+    _vision("convnext-tiny", "ConvNextModel", "ConvNextConfig"),
+    _vision("vit-b16", "ViTModel", "ViTConfig"),
+    _vision("swin-tiny", "SwinModel", "SwinConfig"),
+    _vision("mobilevit-s", "MobileViTModel", "MobileViTConfig"),
+    _text("bert-base", "BertModel", "BertConfig"),
+    _text("gpt2", "GPT2Model", "GPT2Config"),
+    _text("distilbert", "DistilBertModel", "DistilBertConfig"),
+    _text("albert-base", "AlbertModel", "AlbertConfig", embedding_size=128, hidden_size=768,
+          num_attention_heads=12, intermediate_size=3072),
+    _text("t5-small-encoder", "T5EncoderModel", "T5Config"),
+    _text("opt-125m", "OPTModel", "OPTConfig"),
+]}
+
+
+def _words(name: str) -> list[str]:
+    """The op names of a task name without the numbering relax adds (conv2d3 -> conv2d)."""
+    return [w for w in (re.sub(r"\d+$", "", t) for t in name.split("_")) if w and w != "fused"]
+
+
+def _tokens_of(name: str) -> set[str]:
+    return set(_words(name))
+
+
+def task_family(name: str, mod) -> str:
+    """A coarse operator family of a fused task, from its name and its anchor's shapes.
+
+    conv2d tasks split into conv2d, depthwise_conv2d and group_conv2d by their weight's
+    input channels; matmuls into dense (a 2-D weight) and batch_matmul; then softmax,
+    layer_norm (any normalisation), pool2d, reduction, gather, and elementwise for the rest
+    (reshapes, transposes, activations, casts).
+    """
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    tokens = _tokens_of(name)
+    shapes = [[int(d) for d in a.shape] for a in ArgInfo.from_prim_func(mod["main"])]
+    if "conv2d" in tokens or "conv1d" in tokens:
+        data, weight = shapes[0], shapes[1]
+        if len(data) == 4 and len(weight) == 4 and weight[1] < data[1]:
+            return "depthwise_conv2d" if weight[1] == 1 else "group_conv2d"
+        return "conv2d"
+    if "matmul" in tokens or "dense" in tokens:
+        return "batch_matmul" if len(shapes) > 1 and len(shapes[1]) >= 3 else "dense"
+    for family, words in [("softmax", {"softmax"}),
+                          ("layer_norm", {"norm", "layer", "group", "rms", "instance"}),
+                          ("pool2d", {"pool2d", "pool"}),
+                          ("reduction", {"mean", "sum", "max", "min", "variance", "std", "prod"}),
+                          ("gather", {"take", "gather", "embedding"})]:
+        if tokens & words:
+            return family
+    return "elementwise"
+
+
+def _pattern(name: str) -> str:
+    """The task name without the numbering relax adds: fused_conv2d3_add2 -> conv2d_add."""
+    return "_".join(_words(name))
+
+
+def extract_network(network: Network, target) -> list[tuple[int, str, object, int, str]]:
+    """The tasks of every input variant of one network: (structural hash, task name, IRModule,
+    weight, variant)."""
+    import torch
+    import tvm_ffi
+    from tvm.s_tir import meta_schedule as ms
+
+    from datagen.torch_import import relax_module
+
+    torch.manual_seed(0)
+    model = network.build().eval()
+    out = []
+    for variant, make_inputs in network.inputs:
+        with torch.no_grad():
+            program = torch.export.export(model, make_inputs())
+        for task in ms.relax_integration.extract_tasks(relax_module(program, target), target):
+            mod = task.dispatched[0]
+            out.append((int(tvm_ffi.structural_hash(mod)), str(task.task_name), mod,
+                        int(task.weight), variant))
+    return out
+
+
+def extract(names: list[str], target, path: str = CATALOG, progress: bool = True,
+            registry: dict[str, Network] | None = None) -> dict:
+    """Extract the tasks of `names` (of `registry`, default `NETWORKS`), deduplicate them and
+    write the catalogue to `path`, replacing it whole.
+
+    A network that fails to build, export or import is reported on stderr and left out; the
+    others are written. Returns {"tasks": count, "failed": {network: reason}}.
+
+    Raises:
+        UserError: an unknown network, or a model package that is not installed.
+    """
+    import importlib
+
+    import tvm
+    from tqdm import tqdm
+
+    from datagen.tvm_env import load_tensor_intrinsics, target_json
+
+    registry = NETWORKS if registry is None else registry
+    unknown = [n for n in names if n not in registry]
+    if unknown:
+        raise UserError(f"unknown network(s) {', '.join(unknown)}; networks: "
+                        f"{', '.join(registry)}")
+    for package in sorted({registry[n].requires for n in names}):
+        try:
+            importlib.import_module(package)
+        except Exception as err:  # noqa: BLE001  (a broken install raises more than ImportError)
+            raise UserError(f"extracting networks needs {package}, which does not import "
+                            f"({type(err).__name__}: {err}); pip install -e '.[networks]'") \
+                from None
+    load_tensor_intrinsics(target.kind.name)
+    tasks: dict[int, dict] = {}
+    failed: dict[str, str] = {}
+    for name in tqdm(names, desc="networks", unit="net", disable=not progress, file=sys.stderr):
+        try:
+            found = extract_network(registry[name], target)
+        except Exception as err:  # noqa: BLE001  (model code, export and import raise anything)
+            failed[name] = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200]}"
+            print(f"datagen: network {name} failed, left out: {failed[name]}", file=sys.stderr)
+            continue
+        for digest, task_name, mod, weight, variant in found:
+            entry = tasks.get(digest)
+            if entry is None:
+                pattern = _pattern(task_name)
+                entry = tasks[digest] = {
+                    "name": f"{pattern}_{digest:016x}"[-80:].lstrip("_"),
+                    "family": task_family(task_name, mod), "ir": tvm.ir.save_json(mod),
+                    "sources": []}
+            entry["sources"].append({"network": name, "input": variant, "weight": weight})
+    entries = sorted(tasks.values(), key=lambda e: e["name"])
+    header = {"target": target_json(target), "networks": [n for n in names if n not in failed],
+              "failed": failed}
+    tmp = f"{path}.tmp"
+    with gzip.open(tmp, "wt", encoding="utf-8") as handle:
+        handle.write(json.dumps({"catalog": header}) + "\n")
+        for entry in entries:
+            handle.write(json.dumps(entry, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    load_catalog.cache_clear()
+    return {"tasks": len(entries), "failed": failed}
+
+
+def _workload(entry: dict) -> Workload:
+    sources = tuple((s["network"], s["input"], int(s["weight"])) for s in entry["sources"])
+    networks = sorted({s[0] for s in sources})
+    return Workload(entry["family"], (), network=",".join(networks),
+                    weight=sum(s[2] for s in sources), ir_json=entry["ir"], name=entry["name"],
+                    sources=sources)
+
+
+@functools.lru_cache(maxsize=4)
+def load_catalog(path: str = CATALOG) -> list[Workload]:
+    """The workloads of a catalogue file (none if it does not exist)."""
+    if not os.path.isfile(path):
+        return []
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            lines = [json.loads(line) for line in handle if line.strip()]
+        return [_workload(e) for e in lines if "catalog" not in e]
+    except (OSError, ValueError, KeyError) as err:
+        raise UserError(f"network catalogue {path} is unreadable ({err}); rebuild it with "
+                        "'datagen networks --extract'") from None
+
+
+def network_suites(path: str = CATALOG) -> dict[str, list[Workload]]:
+    """`net-NAME` for every network of the catalogue, and `networks` for all of its tasks."""
+    workloads = load_catalog(path)
+    if not workloads:
+        return {}
+    suites: dict[str, list[Workload]] = {ALL_SUITE: list(workloads)}
+    for w in workloads:
+        for net in w.network.split(","):
+            suites.setdefault(SUITE_PREFIX + net, []).append(w)
+    return suites
