@@ -29,12 +29,19 @@ def _init_worker(target_kind: str) -> None:
     load_tensor_intrinsics(target_kind)
 
 
-def _build_one(mod, target) -> tuple[str, float]:
+def _build_one(mod, target, shared_library: bool) -> tuple[str, float]:
     """Runs in a worker: build and export one module; return (artifact path, seconds)."""
+    import tempfile
+
     from tvm.s_tir.meta_schedule.builder.local_builder import default_build, default_export
 
     start = time.perf_counter()
-    artifact = default_export(default_build(mod, target, None))
+    built = default_build(mod, target, None)
+    if shared_library:  # loadable by the TVM runtime alone, with no compiler or linker
+        artifact = os.path.join(tempfile.mkdtemp(prefix="tvm_tmp_mod_"), "candidate.so")
+        built.export_library(artifact)
+    else:
+        artifact = default_export(built)
     return artifact, time.perf_counter() - start
 
 
@@ -52,12 +59,15 @@ class PersistentBuilder(PyBuilder):
         target_kind: the kind of target that will be built ("llvm", "cuda", ...).
         max_workers: worker processes (default: every usable core).
         timeout_sec: a build taking longer is killed and reported as a timeout.
+        shared_library: export each artifact as a shared library (`.so`) rather than
+            MetaSchedule's tar of objects, which needs a linker where it is loaded.
     """
 
     def __init__(self, target_kind: str = "llvm", max_workers: int | None = None,
-                 timeout_sec: float = DEFAULT_BUILD_TIMEOUT_SEC):
+                 timeout_sec: float = DEFAULT_BUILD_TIMEOUT_SEC, shared_library: bool = False):
         super().__init__()
         self.timeout_sec = timeout_sec
+        self.shared_library = shared_library
         self.max_workers = max_workers or len(os.sched_getaffinity(0))
         self.last_build_secs: list[float | None] = []
         self._pool = PopenPoolExecutor(
@@ -72,7 +82,7 @@ class PersistentBuilder(PyBuilder):
         """Build every input; `last_build_secs` then holds each one's build time (None if failed)."""
         results: list[BuilderResult] = []
         self.last_build_secs = []
-        jobs = [(inp.mod, inp.target) for inp in build_inputs]
+        jobs = [(inp.mod, inp.target, self.shared_library) for inp in build_inputs]
         for res in self._pool.map_with_error_catching(lambda job: _build_one(*job), jobs):
             if res.status == StatusKind.COMPLETE:
                 artifact, secs = res.value

@@ -4,6 +4,8 @@
     datagen stats DIR                                   summary per family and workload
     datagen workloads [SUITE]                           list suites and workload keys
     datagen networks [--extract [NAME ...]]             real networks and their tasks
+    datagen pack [WORKLOAD|SUITE ...] --dataset DIR --out BATCH   build here, measure elsewhere
+    datagen ingest BATCH --dataset DIR                  add a measured batch's records
     datagen import-db WORKLOAD_JSON RECORD_JSON --out DIR
     datagen export-db DIR --out FOLDER                  as a MetaSchedule JSON database
 """
@@ -22,28 +24,37 @@ from datagen.measure import DEFAULT_PROTOCOL, DEFAULT_RUN_TIMEOUT_SEC
 DEFAULT_OUT = "data/default"
 
 
-def _collect(args) -> int:
-    from datagen.collect import CollectConfig, collect
-    from datagen.measure import Tracker
+def _config(args, dataset: str, tracker=None, threads: int | None = None,
+            run_timeout: float = DEFAULT_RUN_TIMEOUT_SEC):
+    """The `CollectConfig` of a collect or pack command line."""
+    from datagen.collect import CollectConfig
     from datagen.tvm_env import make_target
     from datagen.workloads import resolve
 
     if args.per_workload < 1 or args.batch_size < 1:
         raise UserError("--per-workload and --batch-size must be at least 1")
-    tracker = Tracker.parse(args.tracker, args.key) if args.tracker else None
-    target = make_target(args.target, args.threads)
-    workloads = resolve(args.workloads or ([] if args.torch_model else ["default"]))
-    if args.torch_model:
+    target = make_target(args.target, threads)
+    torch_model = getattr(args, "torch_model", None)
+    workloads = resolve(args.workloads or ([] if torch_model else ["default"]))
+    if torch_model:
         from datagen.torch_import import workloads_from_file
 
-        workloads += workloads_from_file(args.torch_model, target)
+        workloads += workloads_from_file(torch_model, target)
     protocol = {**DEFAULT_PROTOCOL, "repeat": args.repeat, "min_repeat_ms": args.min_repeat_ms}
-    cfg = CollectConfig(
-        out=args.out, workloads=workloads, target=target, per_workload=args.per_workload,
+    return CollectConfig(
+        out=dataset, workloads=workloads, target=target, per_workload=args.per_workload,
         batch_size=args.batch_size, evolve_fraction=args.evolve_fraction, seed=args.seed,
-        protocol=protocol, tracker=tracker, num_threads=args.threads,
+        protocol=protocol, tracker=tracker, num_threads=threads,
         build_workers=args.build_workers, build_timeout=args.build_timeout,
-        run_timeout=args.run_timeout, retry_cv=args.retry_cv if args.retry_cv > 0 else None)
+        run_timeout=run_timeout, retry_cv=args.retry_cv if args.retry_cv > 0 else None)
+
+
+def _collect(args) -> int:
+    from datagen.collect import collect
+    from datagen.measure import Tracker
+
+    tracker = Tracker.parse(args.tracker, args.key) if args.tracker else None
+    cfg = _config(args, args.out, tracker, args.threads, args.run_timeout)
     try:
         summary = collect(cfg, progress=not args.no_progress)
     except KeyboardInterrupt:
@@ -59,6 +70,27 @@ def _collect(args) -> int:
               f"{60 * summary.committed / wall:.1f} candidates/min")
     for key in summary.exhausted:
         print(f"note: {key}: no unseen schedule left in its design space")
+    return 0
+
+
+def _pack(args) -> int:
+    from datagen.batch import pack
+
+    summary = pack(_config(args, args.dataset), args.out, progress=not args.no_progress)
+    print(f"packed batch {summary['batch'][:12]} into {args.out}: {summary['candidates']} "
+          f"candidates to measure ({summary['bytes'] / 2**20:.1f} MiB), "
+          f"{summary['build_failed']} failed to build")
+    print(f"next: on the device host, TVM_USE_RUNTIME_LIB=1 python -m datagen.batch_measure "
+          f"{args.out}; then here, datagen ingest {args.out} --dataset {args.dataset}")
+    return 0
+
+
+def _ingest(args) -> int:
+    from datagen.batch import ingest
+
+    summary = ingest(args.batch, args.dataset, args.results)
+    print(f"ingested {summary['ingested']} records ({summary['ok']} ok) into {args.dataset}; "
+          f"{summary['already']} were there already, {summary['unmeasured']} not measured yet")
     return 0
 
 
@@ -123,19 +155,12 @@ def _export_db(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="datagen", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("collect", help="sample, build and measure schedules into a dataset")
+def _draw_options(p: argparse.ArgumentParser) -> None:
+    """What to collect and how to build and time it: shared by collect and pack."""
     p.add_argument("workloads", nargs="*", help="workload keys or suite names (default: the "
-                   "'default' suite); see 'datagen workloads'")
-    p.add_argument("--out", default=DEFAULT_OUT, help=f"dataset folder (default {DEFAULT_OUT})")
+                   "'default' suite); see 'datagen workloads' and 'datagen networks'")
     p.add_argument("--target", help="TVM target as JSON or a tag (default: llvm for this "
-                   "CPU; with --tracker, give the target of the remote device)")
-    p.add_argument("--torch-model", metavar="PT2", help="also collect every task of a "
-                   "torch.export program saved with torch.export.save")
+                   "CPU; with --tracker or pack, the target of the remote device)")
     p.add_argument("--per-workload", type=int, default=DEFAULT_PER_WORKLOAD,
                    help="candidates per workload")
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
@@ -143,8 +168,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--evolve-fraction", type=float, default=DEFAULT_EVOLVE_FRACTION,
                    help="share of each round after the first mutated from the best schedules")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, help="runtime threads (default: TVM_NUM_THREADS or "
-                   "all usable cores)")
     p.add_argument("--repeat", type=int, default=DEFAULT_PROTOCOL["repeat"],
                    help="timed repeats per candidate")
     p.add_argument("--min-repeat-ms", type=int, default=DEFAULT_PROTOCOL["min_repeat_ms"],
@@ -152,15 +175,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--build-workers", type=int, help="builder processes (default: cores)")
     p.add_argument("--build-timeout", type=float, default=DEFAULT_BUILD_TIMEOUT_SEC,
                    help="seconds per build")
-    p.add_argument("--run-timeout", type=float, default=DEFAULT_RUN_TIMEOUT_SEC,
-                   help="seconds per measurement")
-    p.add_argument("--tracker", metavar="HOST:PORT", help="measure through this RPC tracker")
-    p.add_argument("--key", help="device key to request from the tracker")
     p.add_argument("--retry-cv", type=float, default=DEFAULT_RETRY_CV,
                    help="measure a candidate again at the end of its round when its repeats "
                    "spread more than this (std/mean; both measurements are kept; 0: never)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="datagen", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("collect", help="sample, build and measure schedules into a dataset")
+    _draw_options(p)
+    p.add_argument("--out", default=DEFAULT_OUT, help=f"dataset folder (default {DEFAULT_OUT})")
+    p.add_argument("--torch-model", metavar="PT2", help="also collect every task of a "
+                   "torch.export program saved with torch.export.save")
+    p.add_argument("--threads", type=int, help="runtime threads (default: TVM_NUM_THREADS or "
+                   "all usable cores)")
+    p.add_argument("--run-timeout", type=float, default=DEFAULT_RUN_TIMEOUT_SEC,
+                   help="seconds per measurement")
+    p.add_argument("--tracker", metavar="HOST:PORT", help="measure through this RPC tracker")
+    p.add_argument("--key", help="device key to request from the tracker")
     p.set_defaults(func=_collect)
+
+    p = sub.add_parser("pack", help="draw and build the next round here, to be measured on "
+                       "a device host that cannot be reached (see datagen.batch)")
+    _draw_options(p)
+    p.add_argument("--dataset", required=True, help="the dataset to draw from and, later, "
+                   "to ingest into")
+    p.add_argument("--out", required=True, help="the new batch folder")
+    p.set_defaults(func=_pack)
+
+    p = sub.add_parser("ingest", help="add a measured batch's records to its dataset "
+                       "(idempotent)")
+    p.add_argument("batch", help="the batch folder written by datagen pack")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--results", help="results file (default BATCH/results.jsonl)")
+    p.set_defaults(func=_ingest)
 
     p = sub.add_parser("stats", help="summarise a dataset")
     p.add_argument("dataset")

@@ -112,23 +112,29 @@ def load_state(out: str, target_text: str) -> dict[str, WorkloadState]:
     return states
 
 
-def _row(w: Workload, definition: str, cand: Candidate, res: MeasureResult, round_: int,
-         context: dict) -> dict:
+def measurement_columns(res: MeasureResult) -> dict:
+    """A record's measurement columns from one candidate's result (and its re-measurement)."""
     lat = res.latencies if res.status == OK else []
     retry = res.retry.latencies if res.retry is not None and res.retry.status == OK else []
     # the label is the measurement that spread less
     label = min([m for m in (lat, retry) if m] or [lat],
                 key=lambda m: latency_stats(m)["latency_cv"])
     run_secs = res.run_secs + (res.retry.run_secs if res.retry is not None else 0.0)
+    return {"status": res.status, "error": res.error, "latencies": res.latencies,
+            "retry_latencies": retry, **latency_stats(label), "build_secs": res.build_secs,
+            "run_secs": run_secs}
+
+
+def candidate_row(w: Workload, definition: str, cand: Candidate, res: MeasureResult,
+                  round_: int, context: dict) -> dict:
+    """One record: the workload, the candidate, its measurement and the collection context."""
     return {
         **context,
         "workload_key": w.key, "family": w.family, "workload_params": w.params_json,
         "workload_ir": definition, "network": w.network, "workload_weight": w.weight,
         "trace": cand.trace_json, "trace_hash": cand.trace_hash, "origin": cand.origin,
         "parent_hash": cand.parent_hash, "mutator": cand.mutator, "round": round_,
-        "status": res.status, "error": res.error, "latencies": res.latencies,
-        "retry_latencies": retry, **latency_stats(label),
-        "build_secs": res.build_secs, "run_secs": run_secs,
+        **measurement_columns(res),
         "collected_at": datetime.datetime.now(datetime.timezone.utc),
     }
 
@@ -166,6 +172,7 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
     context = {
         "target": target_text, "target_kind": cfg.target.kind.name,
         "cpu_model": host_cpu_model() if cfg.tracker is None else f"rpc:{cfg.tracker.key}",
+        "device": json.dumps(measurer.device, sort_keys=True),
         "num_threads": measurer.num_threads, "protocol": json.dumps(measurer.protocol),
         "seed": cfg.seed, "tvm_version": ver["tvm"], "tvm_ffi_version": ver["tvm_ffi"],
         "project_version": ver["project"],
@@ -195,7 +202,7 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
                     pending.remove(w)
                     continue
                 results = measurer.measure([c.mod for c in cands], cfg.retry_cv)
-                rows = [_row(w, definition, c, res, st.rounds, context)
+                rows = [candidate_row(w, definition, c, res, st.rounds, context)
                         for c, res in zip(cands, results)]
                 writer.write(rows)
                 st.count += len(rows)

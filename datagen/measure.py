@@ -109,6 +109,22 @@ class Tracker:
                             f"{self.key!r} (keys: {', '.join(sorted(keys)) or 'none'})")
 
 
+def local_device(target_kind: str) -> dict:
+    """What measures a target on this host: the CPU, or device 0 of a GPU kind with its model,
+    compute capability, driver and runtime API versions (as the TVM runtime reports them)."""
+    import tvm
+
+    from datagen.tvm_env import host_cpu_model
+
+    if target_kind == "llvm":
+        return {"kind": "cpu", "model": host_cpu_model()}
+    dev = tvm.device(target_kind, 0)
+    if not dev.exist:
+        return {"kind": target_kind, "present": False}
+    return {"kind": target_kind, "model": dev.device_name, "compute": dev.compute_version,
+            "driver": dev.driver_version, "api": dev.api_version}
+
+
 def _use_threads(num_threads: int) -> None:
     """Runner worker initializer: the TVM runtime reads its thread count when it starts."""
     os.environ["TVM_NUM_THREADS"] = str(num_threads)
@@ -146,9 +162,14 @@ class Measurer:
         self.device_type = "cpu" if target.kind.name == "llvm" else target.kind.name
         self.build_wall = 0.0  # seconds spent building, over the measurer's life
         self.run_wall = 0.0  # seconds spent measuring
-        if target.kind.name != "llvm" and tracker is None:
-            raise UserError(f"measuring a {target.kind.name} target needs a device: "
-                            "pass --tracker host:port --key KEY of an RPC tracker that has one")
+        self.device = local_device(target.kind.name) if tracker is None else \
+            {"kind": target.kind.name, "rpc_key": tracker.key}
+        if self.device.get("present") is False:
+            raise UserError(
+                f"measuring a {target.kind.name} target needs a {target.kind.name} device and "
+                "this host has none: run datagen on the GPU host itself, measure through an "
+                "RPC tracker (--tracker host:port --key KEY), or build here and measure there "
+                "(datagen pack, then datagen measure-batch on the GPU host, then datagen ingest)")
         evaluator = EvaluatorConfig(number=self.protocol["number"], repeat=self.protocol["repeat"],
                                     min_repeat_ms=self.protocol["min_repeat_ms"])
         self.builder = PersistentBuilder(target.kind.name, build_workers,

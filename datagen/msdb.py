@@ -84,7 +84,7 @@ def import_database(workload_json: str, record_json: str, out: str) -> int:
                 "network": known.network if known else "", "workload_weight": 1,
                 "target": target_json(target) if target is not None else "",
                 "target_kind": target.kind.name if target is not None else "",
-                "cpu_model": "", "num_threads": 0, "trace": trace, "trace_hash": digest,
+                "cpu_model": "", "device": "", "num_threads": 0, "trace": trace, "trace_hash": digest,
                 "origin": "imported", "parent_hash": "", "mutator": "", "round": 0,
                 "status": OK if ok else RUN_ERROR, "error": "" if ok else "failed in source",
                 "latencies": lat, "retry_latencies": [], **latency_stats(lat),

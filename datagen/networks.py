@@ -2,17 +2,20 @@
 
 Each network of `NETWORKS` is a Hugging Face `transformers` model definition built from its
 configuration with random weights (nothing is downloaded), exported with `torch.export` at two
-input sizes (`variants`), imported into relax and split into the fused tasks MetaSchedule tunes
+input sizes (`Network.inputs`: two resolutions or two sequence lengths, batch 1; two batch
+sizes where the resolution is fixed), imported into relax and split into the fused tasks MetaSchedule tunes
 (`datagen.torch_import`). Tasks are deduplicated across networks and input sizes by structural
 hash, and each one remembers every (network, input, weight) it came from.
 
 Extraction needs the optional `networks` extra (transformers) and minutes of CPU, so its
 result is kept in a catalogue, a gzipped JSON-lines file shipped with the package
-(`CATALOG`): `datagen collect net-resnet50` or `datagen collect networks` read it and need
+(`CATALOG`): `datagen collect net-resnet50`, `datagen collect networks` (every task) or
+`datagen collect networks-anchored` (leaving out purely elementwise tasks) read it and need
 no model code at all. `datagen networks --extract` rebuilds it.
 
     datagen networks                         # the networks and their task counts
-    datagen networks --extract [NAME ...]    # rebuild the catalogue (pip install ".[networks]")
+    datagen networks --extract [NAME ...]    # (re-)extract networks into the catalogue
+                                             # (pip install -e ".[networks]")
 """
 
 from __future__ import annotations
@@ -32,8 +35,13 @@ from datagen.workloads import Workload
 CATALOG = os.path.join(os.path.dirname(__file__), "network_tasks.jsonl.gz")
 SUITE_PREFIX = "net-"
 ALL_SUITE = "networks"
+# every task with an anchor operator (convolution, matmul, normalisation, softmax, pooling,
+# reduction, gather): the purely elementwise ones (reshapes, transposes, activations) left out
+ANCHORED_SUITE = "networks-anchored"
+ELEMENTWISE = "elementwise"
 VISION_SIZES = (224, 160)  # input resolutions of the vision networks (batch 1)
 TEXT_LENGTHS = (128, 64)  # sequence lengths of the language models (batch 1)
+FIXED_SIZE_BATCH = 4  # second batch size of vision networks whose resolution is fixed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,12 +87,12 @@ def _hf(model_cls: str, config_cls: str, **config) -> Callable:
     return build
 
 
-def _image(size: int) -> tuple[str, Callable]:
+def _image(size: int, batch: int = 1) -> tuple[str, Callable]:
     def make():
         import torch
 
-        return (torch.randn(1, 3, size, size),)
-    return f"1x3x{size}x{size}", make
+        return (torch.randn(batch, 3, size, size),)
+    return f"{batch}x3x{size}x{size}", make
 
 
 def _tokens(length: int, vocab: int = 1000) -> tuple[str, Callable]:
@@ -95,9 +103,12 @@ def _tokens(length: int, vocab: int = 1000) -> tuple[str, Callable]:
     return f"1x{length}", make
 
 
-def _vision(name, model_cls, config_cls, **config) -> Network:
-    return Network(name, _hf(model_cls, config_cls, **config),
-                   tuple(_image(s) for s in VISION_SIZES))
+def _vision(name, model_cls, config_cls, fixed_size: int | None = None, **config) -> Network:
+    """A vision network at the two `VISION_SIZES`, or, for one whose position embeddings fix
+    the resolution, at `fixed_size` with batch 1 and `FIXED_SIZE_BATCH`."""
+    inputs = tuple(_image(s) for s in VISION_SIZES) if fixed_size is None else \
+        (_image(fixed_size), _image(fixed_size, FIXED_SIZE_BATCH))
+    return Network(name, _hf(model_cls, config_cls, **config), inputs)
 
 
 def _text(name, model_cls, config_cls, **config) -> Network:
@@ -116,8 +127,8 @@ NETWORKS: dict[str, Network] = {n.name: n for n in [
     _vision("efficientnet-b0", "EfficientNetModel", "EfficientNetConfig"),
     _vision("regnet-y-040", "RegNetModel", "RegNetConfig"),
     _vision("convnext-tiny", "ConvNextModel", "ConvNextConfig"),
-    _vision("vit-b16", "ViTModel", "ViTConfig"),
-    _vision("swin-tiny", "SwinModel", "SwinConfig"),
+    _vision("vit-b16", "ViTModel", "ViTConfig", fixed_size=224),
+    _vision("swin-tiny", "SwinModel", "SwinConfig", fixed_size=224),
     _vision("mobilevit-s", "MobileViTModel", "MobileViTConfig"),
     _text("bert-base", "BertModel", "BertConfig"),
     _text("gpt2", "GPT2Model", "GPT2Config"),
@@ -194,13 +205,26 @@ def extract_network(network: Network, target) -> list[tuple[int, str, object, in
     return out
 
 
+def _read_entries(path: str) -> tuple[dict, list[dict]]:
+    """The header and task entries of a catalogue file."""
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            lines = [json.loads(line) for line in handle if line.strip()]
+    except (OSError, ValueError) as err:
+        raise UserError(f"network catalogue {path} is unreadable ({err}); rebuild it with "
+                        "'datagen networks --extract'") from None
+    header = next((e["catalog"] for e in lines if "catalog" in e), {})
+    return header, [e for e in lines if "catalog" not in e]
+
+
 def extract(names: list[str], target, path: str = CATALOG, progress: bool = True,
             registry: dict[str, Network] | None = None) -> dict:
-    """Extract the tasks of `names` (of `registry`, default `NETWORKS`), deduplicate them and
-    write the catalogue to `path`, replacing it whole.
+    """Extract the tasks of `names` (of `registry`, default `NETWORKS`) into the catalogue at
+    `path`: tasks are deduplicated by structural hash across networks and inputs, and the
+    sources of `names` replace what the catalogue held for them (other networks are kept).
 
-    A network that fails to build, export or import is reported on stderr and left out; the
-    others are written. Returns {"tasks": count, "failed": {network: reason}}.
+    A network that fails to build, export or import is reported on stderr and left as it
+    was; the others are written. Returns {"tasks": count, "failed": {network: reason}}.
 
     Raises:
         UserError: an unknown network, or a model package that is not installed.
@@ -225,27 +249,31 @@ def extract(names: list[str], target, path: str = CATALOG, progress: bool = True
                             f"({type(err).__name__}: {err}); pip install -e '.[networks]'") \
                 from None
     load_tensor_intrinsics(target.kind.name)
-    tasks: dict[int, dict] = {}
+    header, entries = _read_entries(path) if os.path.isfile(path) else ({}, [])
+    tasks: dict[str, dict] = {e["hash"]: e for e in entries}
     failed: dict[str, str] = {}
     for name in tqdm(names, desc="networks", unit="net", disable=not progress, file=sys.stderr):
         try:
             found = extract_network(registry[name], target)
         except Exception as err:  # noqa: BLE001  (model code, export and import raise anything)
             failed[name] = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200]}"
-            print(f"datagen: network {name} failed, left out: {failed[name]}", file=sys.stderr)
+            print(f"datagen: network {name} failed, left as it was: {failed[name]}",
+                  file=sys.stderr)
             continue
+        for entry in tasks.values():  # this network's old sources give way to the new ones
+            entry["sources"] = [s for s in entry["sources"] if s["network"] != name]
         for digest, task_name, mod, weight, variant in found:
-            entry = tasks.get(digest)
+            key = f"{digest:016x}"
+            entry = tasks.get(key)
             if entry is None:
-                pattern = _pattern(task_name)
-                entry = tasks[digest] = {
-                    "name": f"{pattern}_{digest:016x}"[-80:].lstrip("_"),
+                entry = tasks[key] = {
+                    "hash": key, "name": f"{_pattern(task_name)[:60]}_{key}",
                     "family": task_family(task_name, mod), "ir": tvm.ir.save_json(mod),
                     "sources": []}
             entry["sources"].append({"network": name, "input": variant, "weight": weight})
-    entries = sorted(tasks.values(), key=lambda e: e["name"])
-    header = {"target": target_json(target), "networks": [n for n in names if n not in failed],
-              "failed": failed}
+    entries = sorted((e for e in tasks.values() if e["sources"]), key=lambda e: e["name"])
+    networks = sorted({s["network"] for e in entries for s in e["sources"]})
+    header = {"target": target_json(target), "networks": networks}
     tmp = f"{path}.tmp"
     with gzip.open(tmp, "wt", encoding="utf-8") as handle:
         handle.write(json.dumps({"catalog": header}) + "\n")
@@ -270,20 +298,21 @@ def load_catalog(path: str = CATALOG) -> list[Workload]:
     if not os.path.isfile(path):
         return []
     try:
-        with gzip.open(path, "rt", encoding="utf-8") as handle:
-            lines = [json.loads(line) for line in handle if line.strip()]
-        return [_workload(e) for e in lines if "catalog" not in e]
-    except (OSError, ValueError, KeyError) as err:
-        raise UserError(f"network catalogue {path} is unreadable ({err}); rebuild it with "
+        return [_workload(e) for e in _read_entries(path)[1]]
+    except (KeyError, TypeError) as err:
+        raise UserError(f"network catalogue {path} is malformed ({err}); rebuild it with "
                         "'datagen networks --extract'") from None
 
 
 def network_suites(path: str = CATALOG) -> dict[str, list[Workload]]:
-    """`net-NAME` for every network of the catalogue, and `networks` for all of its tasks."""
+    """`net-NAME` for every network of the catalogue, `networks` for all of its tasks and
+    `networks-anchored` for those with an anchor operator."""
     workloads = load_catalog(path)
     if not workloads:
         return {}
-    suites: dict[str, list[Workload]] = {ALL_SUITE: list(workloads)}
+    suites: dict[str, list[Workload]] = {
+        ALL_SUITE: list(workloads),
+        ANCHORED_SUITE: [w for w in workloads if w.family != ELEMENTWISE]}
     for w in workloads:
         for net in w.network.split(","):
             suites.setdefault(SUITE_PREFIX + net, []).append(w)

@@ -5,8 +5,8 @@ hidden temporary file, flushed to disk and renamed into place, so a reader sees 
 or none of it, and a collection killed at any moment (SIGKILL included) loses nothing that was
 committed. Only `*.parquet` files are data; leftovers of a killed writer (`.tmp-*`) are ignored
 and cleaned up by the next writer. `SCHEMA_VERSION` is stored in every shard's metadata and
-checked on read. Version 2 added `retry_latencies`; version-1 shards are read as well, with
-that column empty, so older datasets stay readable and comparable.
+checked on read. Version 2 added `retry_latencies` and `device`; version-1 shards are read as well, with
+those columns empty, so older datasets stay readable and comparable.
 
 The label columns (`latency_median`, `latency_std`, `latency_cv`) describe `latencies`, or,
 when a noisy candidate was measured twice, whichever of its two measurements spread less.
@@ -24,6 +24,7 @@ Columns (one row per measured candidate):
 | target | string (JSON) | the TVM target, with `mcpu` for llvm |
 | target_kind | string | `llvm`, `cuda`, ... |
 | cpu_model | string | host CPU model of the measuring machine |
+| device | string (JSON) | the measuring device: kind and model, for GPUs also compute capability, driver and CUDA versions (schema 2) |
 | num_threads | int32 | runtime threads used for measurement |
 | trace | string (JSON) | replayable MetaSchedule trace, postprocessing included |
 | trace_hash | string | SHA-1 of `trace` with booleans as 0/1 (deduplication key) |
@@ -75,6 +76,7 @@ SCHEMA = pa.schema([
     ("target", pa.string()),
     ("target_kind", pa.string()),
     ("cpu_model", pa.string()),
+    ("device", pa.string()),
     ("num_threads", pa.int32()),
     ("trace", pa.string()),
     ("trace_hash", pa.string()),

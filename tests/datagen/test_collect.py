@@ -1,5 +1,6 @@
 """End-to-end collection with real builds and measurements on tiny workloads."""
 
+import json
 import os
 import signal
 import subprocess
@@ -31,6 +32,7 @@ def test_collect_measures_and_records_everything(tmp_path):
     assert (ok.latency_median > 0).all() and (ok.build_secs > 0).all() and (ok.run_secs > 0).all()
     row = frame.iloc[0]
     assert '"mcpu"' in row.target and row.num_threads >= 1 and row.cpu_model
+    assert json.loads(row.device) == {"kind": "cpu", "model": row.cpu_model}
     assert '"repeat": 3' in row.protocol and row.tvm_ffi_version.startswith("0.1.14")
     # running the same command again finds nothing left to do
     again = run_cli("collect", DENSE, "--out", out, "--per-workload", "8", "--batch-size", "4",
@@ -92,7 +94,7 @@ def test_stats_summarises_families_and_workloads(tmp_path):
      "is unreachable"),
     (["collect", "tiny", "--out", "{out}", "--tracker", "nohostport"], "is not host:port"),
     (["collect", "tiny", "--out", "{out}", "--target", "nvidia/nvidia-a100"],
-     "needs a device"),
+     "this host has none: run datagen on the GPU host itself"),
     (["collect", "tiny", "--out", "{blocked}/sub"], "cannot write"),
     (["stats", "{out}/missing"], "does not exist"),
 ])

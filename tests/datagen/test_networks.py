@@ -69,7 +69,8 @@ def test_tasks_are_deduplicated_across_networks_with_every_source(catalog):
     # the 6x6 input is another task of two-convs only
     assert any(w.network == "two-convs" and w.sources[0][1] == "1x8x6x6" for w in convs)
     suites = networks.network_suites(path)
-    assert set(suites) == {"networks", "net-two-convs", "net-same-again"}
+    assert set(suites) == {"networks", "networks-anchored", "net-two-convs", "net-same-again"}
+    assert all(w.family != "elementwise" for w in suites["networks-anchored"])
     assert shared[0] in suites["net-two-convs"] and shared[0] in suites["net-same-again"]
 
 

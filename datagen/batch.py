@@ -1,0 +1,213 @@
+"""Measuring where the device cannot be reached from here: build here, measure there, ingest.
+
+The third way to measure, beside this host (`datagen collect`) and an RPC tracker
+(`--tracker`), for a device host behind a batch queue or in an isolated lab:
+
+    datagen pack networks --target nvidia/nvidia-h100 --dataset data/h100 --out batch-001
+    # carry batch-001/ to the device host; there, with only the TVM runtime:
+    TVM_USE_RUNTIME_LIB=1 python -m datagen.batch_measure batch-001
+    # carry batch-001/results.jsonl back; here:
+    datagen ingest batch-001 --dataset data/h100
+
+`pack` draws the next round of every unfinished workload from what the dataset already holds
+(random at first, then mutations of the fastest measured schedules), exactly as `collect`
+draws them, builds the candidates here as shared libraries, and writes the batch folder:
+`manifest.json` (what the measuring side needs), `artifacts/` and `pending.parquet` (the
+records, waiting for their measurements). `datagen.batch_measure` appends one line per
+candidate to `results.jsonl`, resumably. `ingest` turns the results into records, one shard
+per call, and is idempotent: a candidate the dataset already holds is skipped, so ingesting
+twice (or a partly measured batch, then the rest) never duplicates anything. Results of
+another batch, or of a workload whose definition changed, are refused. Pack the next batch
+after ingesting this one, so its evolved candidates come from what was measured.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import uuid
+
+from datagen import records
+from datagen.batch_measure import (ARTIFACTS, MANIFEST, RESULTS, BatchError, read_manifest,
+                                   read_results)
+from datagen.collect import (CollectConfig, WorkloadState, candidate_row, draw_round,
+                             load_state, measurement_columns)
+from datagen.errors import UserError
+from datagen.measure import (BUILD_ERROR, BUILD_TIMEOUT, DEFAULT_PROTOCOL, OK, STATUSES,
+                             MeasureResult)
+from datagen.tvm_env import target_json, versions
+
+PENDING = "pending.parquet"
+PENDING_STATUS = "pending"
+FORMAT_VERSION = 1
+
+
+def _device_type(target) -> str:
+    return "cpu" if target.kind.name == "llvm" else target.kind.name
+
+
+def pack(cfg: CollectConfig, out: str, progress: bool = True) -> dict:
+    """Draw and build the next round of every unfinished workload of `cfg` (whose `out` is the
+    dataset to draw from) into the new batch folder `out`.
+
+    Returns {"batch", "candidates" (built, to measure), "build_failed", "bytes"}.
+
+    Raises:
+        UserError: `out` exists, or nothing is left to collect.
+    """
+    from tqdm import tqdm
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    from datagen.builder import (DEFAULT_BUILD_TIMEOUT_SEC, TIMEOUT_PREFIX, PersistentBuilder,
+                                 remove_artifact)
+    from datagen.sampler import ScheduleSampler
+
+    if os.path.exists(out):
+        raise UserError(f"{out} already exists; pack each batch into a new folder")
+    target_text = target_json(cfg.target)
+    states = load_state(cfg.out, target_text) if os.path.isdir(cfg.out) else {}
+    protocol = {**DEFAULT_PROTOCOL, **(cfg.protocol or {})}
+    ver = versions()
+    context = {"target": target_text, "target_kind": cfg.target.kind.name, "cpu_model": "",
+               "device": "", "num_threads": 0, "protocol": json.dumps(protocol),
+               "seed": cfg.seed, "tvm_version": ver["tvm"], "tvm_ffi_version": ver["tvm_ffi"],
+               "project_version": ver["project"]}
+    drawn = []  # (workload, definition, candidate, round)
+    for w in tqdm(cfg.workloads, desc="draw", unit="wl", disable=not progress):
+        st = states.get(w.key, WorkloadState())
+        if st.count >= cfg.per_workload:
+            continue
+        sampler = ScheduleSampler(w.mod, cfg.target)
+        n = min(cfg.batch_size, cfg.per_workload - st.count)
+        drawn += [(w, w.definition(), c, st.rounds) for c in draw_round(sampler, cfg, w.key, st, n)]
+    if not drawn:
+        raise UserError(f"every workload already has {cfg.per_workload} candidates in {cfg.out} "
+                        "(or no unseen schedule left): nothing to pack")
+    tmp = f"{out}.tmp-{uuid.uuid4().hex[:6]}"
+    os.makedirs(os.path.join(tmp, ARTIFACTS))
+    builder = PersistentBuilder(cfg.target.kind.name, cfg.build_workers,
+                                cfg.build_timeout or DEFAULT_BUILD_TIMEOUT_SEC,
+                                shared_library=True)
+    batch_id = uuid.uuid4().hex
+    rows, candidates, size = [], [], 0
+    try:
+        built = builder.build([BuilderInput(c.mod, cfg.target) for _, _, c, _ in drawn])
+        for i, ((w, definition, cand, round_), res, secs) in enumerate(
+                zip(drawn, built, builder.last_build_secs)):
+            if res.error_msg is not None:
+                status = BUILD_TIMEOUT if res.error_msg.startswith(TIMEOUT_PREFIX) else BUILD_ERROR
+                result = MeasureResult(status, [], res.error_msg[-2000:])
+            else:
+                result = MeasureResult(PENDING_STATUS, [], "", secs)
+                name = f"{i:06d}.so"
+                shutil.copyfile(res.artifact_path, os.path.join(tmp, ARTIFACTS, name))
+                remove_artifact(res.artifact_path)
+                size += os.path.getsize(os.path.join(tmp, ARTIFACTS, name))
+                args = [list(a.as_json()) for a in
+                        ArgInfo.from_entry_func(cand.mod, remove_preproc=True)]
+                candidates.append({"index": i, "workload_key": w.key,
+                                   "trace_hash": cand.trace_hash, "artifact": name,
+                                   "args": [[str(a[0]), str(a[1]), [int(d) for d in a[2]]]
+                                            for a in args]})
+            rows.append({**candidate_row(w, definition, cand, result, round_, context),
+                         "batch_index": i})
+        manifest = {"format": FORMAT_VERSION, "batch": batch_id, "target": target_text,
+                    "target_kind": cfg.target.kind.name, "device_type": _device_type(cfg.target),
+                    "protocol": protocol, "retry_cv": cfg.retry_cv, "candidates": candidates}
+        with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as handle:
+            json.dump(manifest, handle)
+        _write_pending(os.path.join(tmp, PENDING), rows)
+        os.replace(tmp, out)
+    finally:
+        builder.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {"batch": batch_id, "candidates": len(candidates),
+            "build_failed": len(rows) - len(candidates), "bytes": size}
+
+
+def _write_pending(path: str, rows: list[dict]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = records.SCHEMA.append(pa.field("batch_index", pa.int32()))
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path,
+                   compression=records.COMPRESSION)
+
+
+def _result(line: dict, build_secs: float) -> MeasureResult:
+    status = line["status"] if line["status"] in STATUSES else "run_error"
+    return MeasureResult(status, [float(x) for x in line["latencies"]], line.get("error", ""),
+                         build_secs, float(line.get("run_secs", float("nan"))))
+
+
+def ingest(batch_dir: str, dataset: str, results_path: str | None = None) -> dict:
+    """Add a measured batch's records to `dataset`; see the module doc.
+
+    Returns {"ingested", "already", "unmeasured"}.
+
+    Raises:
+        UserError: not a batch, results of another batch or not matching it, a workload whose
+            definition differs from the dataset's records of it.
+    """
+    import pandas as pd
+
+    try:
+        manifest = read_manifest(batch_dir)
+        lines = read_results(results_path or os.path.join(batch_dir, RESULTS), manifest["batch"])
+    except BatchError as err:
+        raise UserError(str(err)) from None
+    if manifest.get("format") != FORMAT_VERSION:
+        raise UserError(f"{batch_dir} is a batch of format {manifest.get('format')}, this "
+                        f"version reads {FORMAT_VERSION}: pack it again")
+    pending = pd.read_parquet(os.path.join(batch_dir, PENDING))
+    hashes = dict(zip(pending.batch_index, pending.trace_hash))
+    firsts, retries = {}, {}
+    for line in lines:
+        if hashes.get(line["index"]) != line["trace_hash"]:
+            raise UserError(f"result for candidate {line['index']} names schedule "
+                            f"{line['trace_hash'][:12]}, which this batch does not hold there: "
+                            "the results come from a changed batch")
+        (retries if line.get("retry") else firsts)[line["index"]] = line
+    existing = records.read_records(dataset, ["workload_key", "workload_ir", "target",
+                                              "trace_hash"]) if os.path.isdir(dataset) else None
+    seen: set = set()
+    if existing is not None and len(existing):
+        existing = existing[existing.target == manifest["target"]]
+        seen = set(zip(existing.workload_key, existing.trace_hash))
+        known = dict(zip(existing.workload_key, existing.workload_ir))
+        for key, ir in zip(pending.workload_key, pending.workload_ir):
+            if key in known and known[key] != ir:
+                raise UserError(f"workload {key} in {dataset} was collected from another "
+                                "definition than this batch's: ingest into a new dataset "
+                                "folder, or pack the batch again from this dataset")
+    rows, already, unmeasured = [], 0, 0
+    now = datetime.datetime.now(datetime.timezone.utc)
+    for row in pending.to_dict("records"):
+        index = row.pop("batch_index")
+        if (row["workload_key"], row["trace_hash"]) in seen:
+            already += 1
+            continue
+        if row["status"] == PENDING_STATUS:
+            line = firsts.get(index)
+            if line is None:
+                unmeasured += 1
+                continue
+            res = _result(line, row["build_secs"])
+            if index in retries:
+                res.retry = _result(retries[index], row["build_secs"])
+            row.update(measurement_columns(res))
+            row.update(device=json.dumps(line["device"], sort_keys=True),
+                       cpu_model=line.get("host_cpu", ""), num_threads=line.get("threads", 0))
+        row["collected_at"] = now
+        rows.append(row)
+    if rows:
+        writer = records.ShardWriter(dataset)
+        try:
+            writer.write(rows)
+        finally:
+            writer.close()
+    return {"ingested": len(rows), "already": already, "unmeasured": unmeasured,
+            "ok": sum(r["status"] == OK for r in rows)}

@@ -1,0 +1,214 @@
+"""Measure a packed batch with the TVM runtime alone: the device-host side of `datagen pack`.
+
+    TVM_USE_RUNTIME_LIB=1 python -m datagen.batch_measure BATCH [--results FILE]
+
+For a host that has the device but not TVM's compiler (a batch queue, an isolated lab): only
+the TVM runtime (`TVM_USE_RUNTIME_LIB=1` makes `import tvm` load libtvm_runtime alone), numpy
+and, for CUDA, NVRTC (cuda-python and nvidia-cuda-nvrtc: `tvm.support.nvcc` compiles a
+kernel's CUDA source when its module is loaded). It imports nothing else of this project.
+
+Each candidate of the batch's manifest is loaded and timed with MetaSchedule's protocol (the
+runtime's `time_evaluator`: one discarded warm-up call, then `repeat` repeats of `number` runs,
+`number` raised until a repeat lasts `min_repeat_ms`), and one JSON line per candidate is
+appended to the results file and synced, so a run stopped at any moment loses nothing and the
+same command continues where it stopped. Once every candidate has run, those whose repeats
+spread more than the batch's `retry_cv` are measured once more (lines with "retry": true).
+A device that disappears stops the run with one line and exit status 2; what was measured is
+kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+MANIFEST, RESULTS, ARTIFACTS = "manifest.json", "results.jsonl", "artifacts"
+FAILED_SECS = 1e9  # MetaSchedule reports a failed run as 1e10 s
+MAX_ERROR_CHARS = 2000
+
+
+class BatchError(Exception):
+    """Something the user can fix: reported as one line, exit status 2."""
+
+
+def read_manifest(batch_dir: str) -> dict:
+    path = os.path.join(batch_dir, MANIFEST)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError) as err:
+        raise BatchError(f"{batch_dir} is not a packed batch ({MANIFEST}: {err}); "
+                         "make one with datagen pack") from None
+
+
+def read_results(path: str, batch_id: str) -> list[dict]:
+    """The result lines of `path` (a torn last line of a killed run is ignored).
+
+    Raises:
+        BatchError: a line belongs to another batch.
+    """
+    if not os.path.isfile(path):
+        return []
+    lines = []
+    with open(path, encoding="utf-8") as handle:
+        for text in handle:
+            try:
+                line = json.loads(text)
+            except ValueError:
+                continue  # only the last line can be torn, by a kill mid-write
+            if line.get("batch") != batch_id:
+                raise BatchError(f"{path} holds results of batch {line.get('batch')}, not of "
+                                 f"this batch {batch_id}: give each batch its own results file")
+            lines.append(line)
+    return lines
+
+
+def _spread(latencies: list[float]) -> float:
+    return statistics.pstdev(latencies) / statistics.fmean(latencies)
+
+
+def device_description(dev, kind: str) -> dict:
+    """The device as records name it: model, compute capability, driver and API versions."""
+    if kind == "cpu":
+        return {"kind": "cpu", "model": _host_cpu()}
+    return {"kind": kind, "model": dev.device_name, "compute": dev.compute_version,
+            "driver": dev.driver_version, "api": dev.api_version}
+
+
+def _host_cpu() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def _inputs(args_info: list, dev, rng) -> list:
+    import numpy as np
+    import tvm
+
+    out = []
+    for _, dtype, shape in args_info:
+        if dtype.startswith(("int", "uint")):
+            data = rng.integers(0, 8, size=shape).astype(dtype)
+        elif dtype == "bool":
+            data = rng.integers(0, 2, size=shape).astype(bool)
+        else:
+            data = rng.uniform(-1, 1, size=shape).astype(dtype)
+        out.append(tvm.runtime.tensor(data, dev))
+    return out
+
+
+def measure_one(batch_dir: str, cand: dict, protocol: dict, dev, rng) -> dict:
+    """Load and time one candidate: {"status", "latencies", "error", "run_secs"}."""
+    import tvm
+
+    start = time.perf_counter()
+    try:
+        mod = tvm.runtime.load_module(os.path.join(batch_dir, ARTIFACTS, cand["artifact"]))
+        args = _inputs(cand["args"], dev, rng)
+        evaluator = mod.time_evaluator(mod.entry_name, dev, number=protocol["number"],
+                                       repeat=protocol["repeat"],
+                                       min_repeat_ms=protocol["min_repeat_ms"])
+        dev.sync()
+        latencies = [float(x) for x in evaluator(*args).results]
+    except Exception as err:  # noqa: BLE001  (a kernel fails in any way the runtime reports)
+        return {"status": "run_error", "latencies": [], "error": str(err)[-MAX_ERROR_CHARS:],
+                "run_secs": time.perf_counter() - start}
+    ok = latencies and all(math.isfinite(x) and 0 < x < FAILED_SECS for x in latencies)
+    return {"status": "ok" if ok else "run_error", "latencies": latencies,
+            "error": "" if ok else "non-finite latency", "run_secs": time.perf_counter() - start}
+
+
+def measure_batch(batch_dir: str, results_path: str | None = None, progress: bool = True) -> dict:
+    """Measure every candidate of a batch not yet in its results file; see the module doc.
+
+    Returns {"measured": n, "retried": n, "total": n}.
+
+    Raises:
+        BatchError: not a batch, results of another batch, no device, the device is lost.
+    """
+    import numpy as np
+
+    manifest = read_manifest(batch_dir)
+    results_path = results_path or os.path.join(batch_dir, RESULTS)
+    batch_id = manifest["batch"]
+    kind = manifest["device_type"]
+    import tvm
+
+    if kind == "cuda":
+        import tvm.support.nvcc  # noqa: F401  (registers the NVRTC callback for CUDA source)
+    dev = tvm.device(kind, 0)
+    if not dev.exist:
+        raise BatchError(f"this host has no {kind} device; run this where the batch's target "
+                         f"({manifest['target_kind']}) can be measured")
+    device = device_description(dev, kind)
+    host_cpu = _host_cpu()
+    # the runtime's CPU threads (what a CPU measurement depends on; none for a GPU kernel)
+    threads = int(os.environ.get("TVM_NUM_THREADS") or os.cpu_count()) if kind == "cpu" else 0
+    done = read_results(results_path, batch_id)
+    firsts = {line["index"]: line for line in done if not line.get("retry")}
+    retried = {line["index"] for line in done if line.get("retry")}
+    rng = np.random.default_rng(0)
+    counts = {"measured": 0, "retried": 0, "total": len(manifest["candidates"])}
+    retry_cv = manifest.get("retry_cv")
+    with open(results_path, "a", encoding="utf-8") as out:
+        def write(cand: dict, retry: bool) -> dict:
+            result = measure_one(batch_dir, cand, manifest["protocol"], dev, rng)
+            if result["status"] != "ok" and not tvm.device(kind, 0).exist:
+                raise BatchError(f"the {kind} device disappeared after {len(firsts)} "
+                                 f"candidates; they are kept in {results_path}: run the same "
+                                 "command again to measure the rest")
+            line = {"batch": batch_id, "index": cand["index"], "trace_hash": cand["trace_hash"],
+                    "retry": retry, "device": device, "host_cpu": host_cpu,
+                    "threads": threads, **result}
+            out.write(json.dumps(line) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+            return line
+
+        todo = [c for c in manifest["candidates"] if c["index"] not in firsts]
+        for i, cand in enumerate(todo):
+            firsts[cand["index"]] = write(cand, retry=False)
+            counts["measured"] += 1
+            if progress and (i + 1) % 50 == 0:
+                print(f"measured {i + 1}/{len(todo)}", file=sys.stderr, flush=True)
+        if retry_cv is not None:
+            for cand in manifest["candidates"]:
+                first = firsts[cand["index"]]
+                if first["status"] == "ok" and cand["index"] not in retried and \
+                        _spread(first["latencies"]) > retry_cv:
+                    write(cand, retry=True)
+                    counts["retried"] += 1
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="datagen.batch_measure", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("batch", help="a folder written by datagen pack")
+    parser.add_argument("--results", help=f"results file (default BATCH/{RESULTS})")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    try:
+        counts = measure_batch(args.batch, args.results, progress=not args.no_progress)
+    except BatchError as err:
+        print(f"datagen.batch_measure: error: {err}", file=sys.stderr)
+        return 2
+    wall = time.perf_counter() - start
+    print(f"measured {counts['measured']} of {counts['total']} candidates "
+          f"({counts['retried']} noisy ones again) in {wall:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

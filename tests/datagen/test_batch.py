@@ -1,0 +1,156 @@
+"""Measuring where the device cannot be reached: pack here, measure with the TVM runtime alone,
+ingest; real builds and real measurements (the CPU stands in for the device host)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import CLI_TIMEOUT_SEC, assert_clean_error, run_cli
+from datagen.records import read_records
+
+pytestmark = pytest.mark.slow
+
+DENSE = "dense/m32_n32_k32"
+SOFTMAX = "softmax/rows16_cols32"
+DRAW = ["--per-workload", "8", "--batch-size", "4", "--repeat", "3", "--min-repeat-ms", "2",
+        "--no-progress"]
+
+
+def measure_runtime_only(batch: str, *args: str) -> subprocess.CompletedProcess:
+    """The device-host side, as it runs there: a process that loads only the TVM runtime."""
+    env = {**os.environ, "TVM_USE_RUNTIME_LIB": "1", "TVM_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "datagen.batch_measure", batch, "--no-progress",
+                           *args], capture_output=True, text=True, env=env,
+                          timeout=CLI_TIMEOUT_SEC)
+
+
+@pytest.fixture(scope="module")
+def first_batch(tmp_path_factory):
+    """A dataset folder and its first packed batch of two workloads."""
+    root = tmp_path_factory.mktemp("batch")
+    dataset, batch = str(root / "ds"), str(root / "b1")
+    proc = run_cli("pack", DENSE, SOFTMAX, "--dataset", dataset, "--out", batch, *DRAW,
+                   check=True)
+    assert "8 candidates to measure" in proc.stdout
+    return dataset, batch
+
+
+def test_pack_measure_ingest_round_trip_and_resume(first_batch, tmp_path):
+    dataset, batch = first_batch
+    manifest = json.load(open(os.path.join(batch, "manifest.json")))
+    assert manifest["device_type"] == "cpu" and len(manifest["candidates"]) == 8
+    assert all(os.path.isfile(os.path.join(batch, "artifacts", c["artifact"]))
+               for c in manifest["candidates"])
+    proc = measure_runtime_only(batch)
+    assert proc.returncode == 0, proc.stderr
+    # the measuring process never loaded TVM's compiler
+    check = subprocess.run([sys.executable, "-c", "import tvm, sys; "
+                            "print(any('compiler' in str(m) for m in "
+                            "open('/proc/self/maps').read().split()))"],
+                           capture_output=True, text=True,
+                           env={**os.environ, "TVM_USE_RUNTIME_LIB": "1"})
+    assert check.stdout.strip() == "False", check.stderr
+    # a half-measured run continues where it stopped: keep 3 lines, measure the rest again
+    lines = open(os.path.join(batch, "results.jsonl")).read().splitlines()
+    firsts = [line for line in lines if not json.loads(line)["retry"]]
+    partial = str(tmp_path / "partial.jsonl")
+    with open(partial, "w") as handle:
+        handle.write("\n".join(firsts[:3]) + "\n" + firsts[3][:20])  # a torn last line
+    proc = measure_runtime_only(batch, "--results", partial)
+    assert proc.returncode == 0 and "measured 5 of 8" in proc.stdout, proc.stdout + proc.stderr
+
+    # ingest a results file with 3 measurements: 3 records, 5 wait for theirs
+    head = str(tmp_path / "head.jsonl")
+    with open(head, "w") as handle:
+        handle.write("\n".join(firsts[:3]) + "\n")
+    proc = run_cli("ingest", batch, "--dataset", dataset, "--results", head, check=True)
+    assert "ingested 3 records" in proc.stdout and "5 not measured yet" in proc.stdout
+    # then everything: the 3 are not duplicated
+    proc = run_cli("ingest", batch, "--dataset", dataset, check=True)
+    assert "ingested 5 records" in proc.stdout and "3 were there already" in proc.stdout
+    proc = run_cli("ingest", batch, "--dataset", dataset, check=True)
+    assert "ingested 0 records" in proc.stdout
+    frame = read_records(dataset)
+    assert len(frame) == 8 and frame.trace_hash.is_unique
+    ok = frame[frame.status == "ok"]
+    assert len(ok) >= 6 and (ok.latency_median > 0).all()
+    assert all(json.loads(d)["kind"] == "cpu" for d in ok.device)
+    assert ok.num_threads.eq(1).all() and ok.cpu_model.str.len().gt(0).all()
+
+    # the next batch evolves from what came back and never repeats a measured schedule
+    batch2 = str(tmp_path / "b2")
+    run_cli("pack", DENSE, SOFTMAX, "--dataset", dataset, "--out", batch2, *DRAW, check=True)
+    manifest2 = json.load(open(os.path.join(batch2, "manifest.json")))
+    assert {c["trace_hash"] for c in manifest2["candidates"]}.isdisjoint(set(frame.trace_hash))
+    import pandas as pd
+
+    pending = pd.read_parquet(os.path.join(batch2, "pending.parquet"))
+    assert "evolved" in set(pending.origin) and pending["round"].eq(1).all()
+
+
+def test_results_of_another_batch_are_refused(first_batch, tmp_path):
+    dataset, batch = first_batch
+    other = str(tmp_path / "other")
+    shutil.copytree(batch, other)
+    manifest = json.load(open(os.path.join(other, "manifest.json")))
+    manifest["batch"] = "0" * 32
+    json.dump(manifest, open(os.path.join(other, "manifest.json"), "w"))
+    results = os.path.join(batch, "results.jsonl")
+    if not os.path.isfile(results):
+        assert measure_runtime_only(batch).returncode == 0
+    before = len(read_records(dataset)) if os.path.isdir(dataset) else 0
+    assert_clean_error(run_cli("ingest", other, "--dataset", dataset, "--results", results),
+                       "holds results of batch")
+    proc = measure_runtime_only(other, "--results", results)
+    assert proc.returncode == 2 and "holds results of batch" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    after = len(read_records(dataset)) if os.path.isdir(dataset) else 0
+    assert after == before
+
+
+def test_a_changed_workload_is_refused(first_batch, tmp_path):
+    import pandas as pd
+
+    dataset, batch = first_batch
+    results = os.path.join(batch, "results.jsonl")
+    if not os.path.isfile(results):
+        assert measure_runtime_only(batch).returncode == 0
+    run_cli("ingest", batch, "--dataset", dataset, check=True)
+    changed = str(tmp_path / "changed")
+    shutil.copytree(batch, changed)
+    path = os.path.join(changed, "pending.parquet")
+    pending = pd.read_parquet(path)
+    before = len(read_records(dataset))
+    pending.assign(workload_ir=pending.workload_ir + " ").to_parquet(path)
+    assert_clean_error(run_cli("ingest", changed, "--dataset", dataset), "another definition")
+    # and results that name other schedules than the batch holds
+    pending.assign(trace_hash=pending.trace_hash.str.upper()).to_parquet(path)
+    assert_clean_error(run_cli("ingest", changed, "--dataset", dataset), "names schedule")
+    assert len(read_records(dataset)) == before
+
+
+def test_cuda_batch_is_built_here_and_refused_without_a_gpu(tmp_path):
+    batch = str(tmp_path / "cuda")
+    proc = run_cli("pack", "dense/m64_n64_k64", "--target", "nvidia/nvidia-h100", "--dataset",
+                   str(tmp_path / "ds"), "--out", batch, "--per-workload", "4", "--batch-size",
+                   "4", "--no-progress", check=True)
+    manifest = json.load(open(os.path.join(batch, "manifest.json")))
+    assert manifest["device_type"] == "cuda" and manifest["candidates"], proc.stdout
+    for cand in manifest["candidates"]:
+        assert os.path.getsize(os.path.join(batch, "artifacts", cand["artifact"])) > 0
+    proc = measure_runtime_only(batch)
+    assert proc.returncode == 2 and "this host has no cuda device" in proc.stderr
+    assert "Traceback" not in proc.stderr and not os.path.exists(
+        os.path.join(batch, "results.jsonl"))
+
+
+def test_pack_into_an_existing_folder_is_one_line(tmp_path):
+    (tmp_path / "b").mkdir()
+    assert_clean_error(run_cli("pack", DENSE, "--dataset", str(tmp_path / "ds"), "--out",
+                               str(tmp_path / "b")), "already exists")
+    assert_clean_error(run_cli("ingest", str(tmp_path / "b"), "--dataset",
+                               str(tmp_path / "ds")), "is not a packed batch")
