@@ -2,6 +2,7 @@
 
     datagen collect [WORKLOAD|SUITE ...] --out DIR      sample, build, measure, commit
     datagen stats DIR                                   summary per family and workload
+    datagen compact DIR                                 rewrite the shards as one, far smaller
     datagen workloads [SUITE]                           list suites and workload keys
     datagen networks [--extract [NAME ...]]             real networks and their tasks
     datagen pack [WORKLOAD|SUITE ...] --dataset DIR --out BATCH   build here, measure elsewhere
@@ -91,6 +92,19 @@ def _ingest(args) -> int:
     summary = ingest(args.batch, args.dataset, args.results)
     print(f"ingested {summary['ingested']} records ({summary['ok']} ok) into {args.dataset}; "
           f"{summary['already']} were there already, {summary['unmeasured']} not measured yet")
+    return 0
+
+
+def _compact(args) -> int:
+    from datagen.records import ShardWriter
+
+    writer = ShardWriter(args.dataset)
+    try:
+        shards, before, after = writer.compact()
+    finally:
+        writer.close()
+    print(f"{args.dataset}: {shards} shards ({before / 2**20:.1f} MiB) now one shard "
+          f"({after / 2**20:.1f} MiB)")
     return 0
 
 
@@ -213,6 +227,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True)
     p.add_argument("--results", help="results file (default BATCH/results.jsonl)")
     p.set_defaults(func=_ingest)
+
+    p = sub.add_parser("compact", help="rewrite a dataset's shards as one (far smaller; "
+                       "not while a collector writes it)")
+    p.add_argument("dataset")
+    p.set_defaults(func=_compact)
 
     p = sub.add_parser("stats", help="summarise a dataset")
     p.add_argument("dataset")

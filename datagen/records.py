@@ -4,7 +4,9 @@ A dataset is a folder of shards named `shard-<writer>-<n>.parquet`. A shard is w
 hidden temporary file, flushed to disk and renamed into place, so a reader sees a whole shard
 or none of it, and a collection killed at any moment (SIGKILL included) loses nothing that was
 committed. Only `*.parquet` files are data; leftovers of a killed writer (`.tmp-*`) are ignored
-and cleaned up by the next writer. `SCHEMA_VERSION` is stored in every shard's metadata and
+and cleaned up by the next writer. `datagen compact` rewrites a folder's shards as one (a
+tenth of the space); the compacted shard names the shards it replaced, so a compaction
+stopped midway never shows a record twice. `SCHEMA_VERSION` is stored in every shard's metadata and
 checked on read. Version 2 added `retry_latencies` and `device`; version-1 shards are read as well, with
 those columns empty, so older datasets stay readable and comparable.
 
@@ -50,6 +52,7 @@ Columns (one row per measured candidate):
 from __future__ import annotations
 
 import glob
+import json
 import os
 import time
 import uuid
@@ -62,9 +65,12 @@ from datagen.errors import UserError
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 SCHEMA_KEY = b"tvm_costmodel.schema_version"
+# a compacted shard lists the shards it replaces; readers skip those if they still exist
+REPLACES_KEY = b"tvm_costmodel.replaces"
 SHARD_PATTERN = "shard-*.parquet"
 TMP_PREFIX = ".tmp-"
 COMPRESSION = "zstd"
+COMPACT_LEVEL = 19  # zstd level of compacted shards: written once, read often
 
 SCHEMA = pa.schema([
     ("workload_key", pa.string()),
@@ -134,6 +140,19 @@ def _read_shard(path: str, schema: pa.Schema, columns: list[str]) -> pa.Table:
     return table.select(columns)
 
 
+def _live_shards(root: str) -> tuple[dict[str, pa.Schema], list[str]]:
+    """The shards that hold data, with their schemas, and the leftovers of a compaction that
+    was stopped before it removed the shards it had replaced."""
+    schemas = {path: _checked_schema(path) for path in shard_paths(root)}
+    replaced = set()
+    for schema in schemas.values():
+        listed = (schema.metadata or {}).get(REPLACES_KEY)
+        if listed:
+            replaced.update(json.loads(listed))
+    stale = [p for p in schemas if os.path.basename(p) in replaced]
+    return {p: s for p, s in schemas.items() if p not in stale}, stale
+
+
 def read_records(root: str, columns: list[str] | None = None):
     """All committed records of a dataset folder as a pandas DataFrame.
 
@@ -145,8 +164,7 @@ def read_records(root: str, columns: list[str] | None = None):
     if not os.path.isdir(root):
         raise UserError(f"dataset folder {root} does not exist")
     tables = []
-    for path in shard_paths(root):
-        schema = _checked_schema(path)
+    for path, schema in _live_shards(root)[0].items():
         try:
             tables.append(_read_shard(path, schema, columns or SCHEMA.names))
         except Exception as err:  # noqa: BLE001  (pyarrow raises several kinds)
@@ -184,20 +202,42 @@ class ShardWriter:
                             "choose another --out") from None
         for stale in glob.glob(os.path.join(root, TMP_PREFIX + "*")):
             os.remove(stale)  # a killed writer's half-written shard: never data
-        for path in shard_paths(root):
-            _checked_schema(path)
+        for stale in _live_shards(root)[1]:
+            os.remove(stale)  # replaced by a compacted shard whose compaction was stopped
         self._writer_id = f"{int(time.time())}{uuid.uuid4().hex[:6]}"
         self._count = 0
 
     def write(self, rows: list[dict]) -> str:
         """Commit `rows` (dicts with the schema's columns) as one new shard; return its path."""
-        table = pa.Table.from_pylist(rows, schema=SCHEMA)
+        return self._commit(pa.Table.from_pylist(rows, schema=SCHEMA))
+
+    def compact(self) -> tuple[int, int, int]:
+        """Rewrite every shard of the folder as one, sorted by workload and round, and remove
+        the old ones: the same records in a fraction of the space (one copy of each workload's
+        definition, traces compressed together). Safe to stop at any moment: the new shard
+        lists the shards it replaces, so a reader never sees a record twice, and the next
+        writer removes what is left. Returns (shards before, bytes before, bytes after)."""
+        live = _live_shards(self.root)[0]
+        if len(live) < 2:
+            size = sum(os.path.getsize(p) for p in live)
+            return len(live), size, size
+        before = sum(os.path.getsize(p) for p in live)
+        table = pa.concat_tables([_read_shard(p, s, SCHEMA.names) for p, s in live.items()])
+        table = table.sort_by([("workload_key", "ascending"), ("round", "ascending")])
+        replaces = json.dumps(sorted(os.path.basename(p) for p in live)).encode()
+        final = self._commit(table.cast(SCHEMA).replace_schema_metadata(
+            {**SCHEMA.metadata, REPLACES_KEY: replaces}), level=COMPACT_LEVEL)
+        for path in live:
+            os.remove(path)
+        return len(live), before, os.path.getsize(final)
+
+    def _commit(self, table: pa.Table, level: int | None = None) -> str:
         self._count += 1
         name = f"shard-{self._writer_id}-{self._count:05d}.parquet"
         final = os.path.join(self.root, name)
         tmp = os.path.join(self.root, TMP_PREFIX + name)
         with open(tmp, "wb") as handle:
-            pq.write_table(table, handle, compression=COMPRESSION)
+            pq.write_table(table, handle, compression=COMPRESSION, compression_level=level)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, final)

@@ -99,3 +99,30 @@ def test_committed_llvm_dataset_stays_readable():
     root = os.path.join(os.path.dirname(__file__), "..", "..", "data", "llvm-full")
     frame = records.read_records(root, ["workload_key", "latency_median", "retry_latencies"])
     assert len(frame) == 11238 and frame.retry_latencies.map(len).eq(0).all()
+
+
+def test_compaction_keeps_every_record_once_even_when_stopped_midway(tmp_path):
+    import shutil
+
+    writer = records.ShardWriter(str(tmp_path))
+    for i in range(5):
+        writer.write([{**_row(2 * i), "round": 5 - i}, {**_row(2 * i + 1), "round": 5 - i}])
+    writer.close()
+    before = records.read_records(str(tmp_path)).sort_values("trace_hash")
+    # a compaction stopped after its shard was committed, before the old ones were removed
+    keep = tmp_path / "copy"
+    shutil.copytree(tmp_path, keep)
+    writer = records.ShardWriter(str(tmp_path))
+    shards, _, _ = writer.compact()
+    writer.close()
+    assert shards == 5 and len(records.shard_paths(str(tmp_path))) == 1
+    (compacted,) = records.shard_paths(str(tmp_path))
+    shutil.copy(compacted, keep)
+    assert len(records.shard_paths(str(keep))) == 6
+    for folder in (tmp_path, keep):
+        after = records.read_records(str(folder)).sort_values("trace_hash")
+        assert len(after) == 10
+        assert after.drop(columns="collected_at").reset_index(drop=True).equals(
+            before.drop(columns="collected_at").reset_index(drop=True))
+    records.ShardWriter(str(keep)).close()  # the next writer removes the replaced shards
+    assert len(records.shard_paths(str(keep))) == 1
