@@ -211,3 +211,41 @@ def ingest(batch_dir: str, dataset: str, results_path: str | None = None) -> dic
             writer.close()
     return {"ingested": len(rows), "already": already, "unmeasured": unmeasured,
             "ok": sum(r["status"] == OK for r in rows)}
+
+
+COMPILER_LIBRARY = "libtvm_compiler.so"
+
+
+def runtime_bundle(out: str) -> tuple[int, int]:
+    """Write the installed `tvm` package without its compiler library (and without bytecode
+    caches) as a tar archive (`.tar.gz`, `.tar.xz` or `.tar`, by `out`'s name): what a device
+    host needs, with apache-tvm-ffi for its own Python, to run `datagen.batch_measure` under
+    `TVM_USE_RUNTIME_LIB=1`. Returns (files, bytes written).
+
+    Raises:
+        UserError: an archive name of another kind.
+    """
+    import tarfile
+
+    import tvm
+
+    modes = {".tar.gz": "w:gz", ".tgz": "w:gz", ".tar.xz": "w:xz", ".tar": "w"}
+    mode = next((m for ext, m in modes.items() if out.endswith(ext)), None)
+    if mode is None:
+        raise UserError(f"{out}: name the bundle .tar.gz, .tar.xz or .tar")
+    root = os.path.dirname(tvm.__file__)
+    count = 0
+
+    def keep(info: tarfile.TarInfo):
+        nonlocal count
+        name = os.path.basename(info.name)
+        if name == COMPILER_LIBRARY or name == "__pycache__" or name.endswith(".pyc"):
+            return None
+        count += info.isfile()
+        return info
+
+    tmp = f"{out}.tmp"
+    with tarfile.open(tmp, mode) as tar:
+        tar.add(root, arcname="tvm", filter=keep)
+    os.replace(tmp, out)
+    return count, os.path.getsize(out)

@@ -7,6 +7,7 @@
     datagen networks [--extract [NAME ...]]             real networks and their tasks
     datagen pack [WORKLOAD|SUITE ...] --dataset DIR --out BATCH   build here, measure elsewhere
     datagen ingest BATCH --dataset DIR                  add a measured batch's records
+    datagen runtime-bundle OUT.tar.xz                   the TVM runtime for the device host
     datagen import-db WORKLOAD_JSON RECORD_JSON --out DIR
     datagen export-db DIR --out FOLDER                  as a MetaSchedule JSON database
 """
@@ -105,6 +106,16 @@ def _compact(args) -> int:
         writer.close()
     print(f"{args.dataset}: {shards} shards ({before / 2**20:.1f} MiB) now one shard "
           f"({after / 2**20:.1f} MiB)")
+    return 0
+
+
+def _runtime_bundle(args) -> int:
+    from datagen.batch import runtime_bundle
+
+    files, size = runtime_bundle(args.out)
+    print(f"wrote {args.out}: the tvm package without its compiler, {files} files, "
+          f"{size / 2**20:.1f} MiB; on the device host unpack it onto PYTHONPATH, install "
+          "apache-tvm-ffi for that host's Python, and run with TVM_USE_RUNTIME_LIB=1")
     return 0
 
 
@@ -227,6 +238,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True)
     p.add_argument("--results", help="results file (default BATCH/results.jsonl)")
     p.set_defaults(func=_ingest)
+
+    p = sub.add_parser("runtime-bundle", help="the tvm package without its compiler, as an "
+                       "archive for a device host that measures packed batches")
+    p.add_argument("out", help="archive to write (.tar.gz, .tar.xz or .tar)")
+    p.set_defaults(func=_runtime_bundle)
 
     p = sub.add_parser("compact", help="rewrite a dataset's shards as one (far smaller; "
                        "not while a collector writes it)")

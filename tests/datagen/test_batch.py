@@ -154,3 +154,29 @@ def test_pack_into_an_existing_folder_is_one_line(tmp_path):
                                str(tmp_path / "b")), "already exists")
     assert_clean_error(run_cli("ingest", str(tmp_path / "b"), "--dataset",
                                str(tmp_path / "ds")), "is not a packed batch")
+
+
+def test_a_runtime_bundle_alone_measures_a_batch(first_batch, tmp_path):
+    """The isolated device host: the tvm package from the bundle (no compiler library), not
+    the installed one, measures a packed batch."""
+    import tarfile
+
+    _, batch = first_batch
+    bundle = str(tmp_path / "tvm-runtime.tar.gz")
+    proc = run_cli("runtime-bundle", bundle, check=True)
+    assert "without its compiler" in proc.stdout
+    site = tmp_path / "site"
+    with tarfile.open(bundle) as tar:
+        names = tar.getnames()
+        assert not any(n.endswith("libtvm_compiler.so") for n in names)
+        tar.extractall(site, filter="data")
+    copy = str(tmp_path / "batch")
+    shutil.copytree(batch, copy, ignore=shutil.ignore_patterns("results.jsonl"))
+    project = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "TVM_USE_RUNTIME_LIB": "1", "PYTHONPATH": f"{site}:{project}"}
+    code = ("import sys, tvm; assert tvm.__file__.startswith(sys.argv[1]), tvm.__file__; "
+            "from datagen.batch_measure import main; sys.exit(main(sys.argv[2:]))")
+    proc = subprocess.run([sys.executable, "-c", code, str(site), copy, "--no-progress"],
+                          capture_output=True, text=True, env=env, timeout=CLI_TIMEOUT_SEC)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "measured 8 of 8" in proc.stdout

@@ -120,9 +120,9 @@ def test_noisy_candidates_are_measured_twice_and_labelled_by_the_steadier(tmp_pa
     import statistics
 
     out = str(tmp_path / "ds")
-    # --retry-cv 0: every candidate counts as noisy, so each ok one is measured twice
+    # a tiny --retry-cv: every candidate counts as noisy, so each ok one is measured twice
     run_cli("collect", DENSE, "--out", out, "--per-workload", "4", "--batch-size", "4",
-            "--repeat", "3", "--min-repeat-ms", "2", "--retry-cv", "0.0", "--no-progress",
+            "--repeat", "3", "--min-repeat-ms", "2", "--retry-cv", "1e-9", "--no-progress",
             check=True)
     ok = read_records(out).query("status == 'ok'")
     assert len(ok) >= 3
