@@ -7,6 +7,12 @@ the TVM runtime (`TVM_USE_RUNTIME_LIB=1` makes `import tvm` load libtvm_runtime 
 and, for CUDA, NVRTC (cuda-python and nvidia-cuda-nvrtc: `tvm.support.nvcc` compiles a
 kernel's CUDA source when its module is loaded). It imports nothing else of this project.
 
+A CUDA kernel built without a CUDA toolkit keeps its CUDA source, which NVRTC compiles when
+the module is loaded (0.1-0.5 s a kernel). That compilation runs first, in parallel worker
+processes (`--compile-workers`, all cores but one by default), into a cache keyed by the
+source's hash; the measuring process then loads each module from the cache, so one core times
+while the others compile nothing in its way.
+
 Each candidate of the batch's manifest is loaded and timed with MetaSchedule's protocol (the
 runtime's `time_evaluator`: one discarded warm-up call, then `repeat` repeats of `number` runs,
 `number` raised until a repeat lasts `min_repeat_ms`), and one JSON line per candidate is
@@ -20,6 +26,7 @@ kept.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -28,6 +35,8 @@ import sys
 import time
 
 MANIFEST, RESULTS, ARTIFACTS = "manifest.json", "results.jsonl", "artifacts"
+KERNEL_CACHE = "kernel-cache"  # compiled CUDA kernels, by the hash of their source
+CUDA_COMPILE_CALLBACK = "tvm_callback_cuda_compile"
 FAILED_SECS = 1e9  # MetaSchedule reports a failed run as 1e10 s
 MAX_ERROR_CHARS = 2000
 
@@ -107,6 +116,60 @@ def _inputs(args_info: list, dev, rng) -> list:
     return out
 
 
+def cache_kernel_compiles(cache_dir: str, compile_fn) -> callable:
+    """A CUDA compile callback that returns a kernel compiled before (same source) from
+    `cache_dir`, and otherwise compiles it with `compile_fn` and stores it (atomically, so
+    parallel compilers may share the folder)."""
+    os.makedirs(cache_dir, exist_ok=True)
+
+    def compile_cached(code: str):
+        path = os.path.join(cache_dir, hashlib.sha1(code.encode()).hexdigest() + ".bin")
+        if os.path.isfile(path):
+            with open(path, "rb") as handle:
+                return bytearray(handle.read())
+        binary = bytes(compile_fn(code))
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "wb") as handle:
+            handle.write(binary)
+        os.replace(tmp, path)
+        return bytearray(binary)
+    return compile_cached
+
+
+def _use_kernel_cache(cache_dir: str) -> None:
+    """Route TVM's CUDA compilation (the NVRTC callback of `tvm.support.nvcc`) through the
+    cache. Also the initializer of the compiling workers."""
+    import tvm  # noqa: F401
+    import tvm.support.nvcc  # noqa: F401  (registers the NVRTC callback)
+    import tvm_ffi
+
+    original = tvm_ffi.get_global_func(CUDA_COMPILE_CALLBACK)
+    tvm_ffi.register_global_func(CUDA_COMPILE_CALLBACK,
+                                 cache_kernel_compiles(cache_dir, original), override=True)
+
+
+def _precompile(path: str) -> bool:
+    """In a worker: load a module once so that its kernels land in the cache."""
+    import tvm
+
+    try:
+        tvm.runtime.load_module(path)
+        return True
+    except Exception:  # noqa: BLE001  (measuring it later reports the error)
+        return False
+
+
+def precompile(batch_dir: str, candidates: list[dict], cache_dir: str, workers: int) -> int:
+    """Compile the kernels of `candidates` into `cache_dir` with `workers` processes; returns
+    how many modules loaded."""
+    import multiprocessing
+
+    paths = [os.path.join(batch_dir, ARTIFACTS, c["artifact"]) for c in candidates]
+    with multiprocessing.get_context("spawn").Pool(workers, _use_kernel_cache,
+                                                   (cache_dir,)) as pool:
+        return sum(pool.imap_unordered(_precompile, paths, chunksize=4))
+
+
 def measure_one(batch_dir: str, cand: dict, protocol: dict, dev, rng) -> dict:
     """Load and time one candidate: {"status", "latencies", "error", "run_secs"}."""
     import tvm
@@ -128,7 +191,8 @@ def measure_one(batch_dir: str, cand: dict, protocol: dict, dev, rng) -> dict:
             "error": "" if ok else "non-finite latency", "run_secs": time.perf_counter() - start}
 
 
-def measure_batch(batch_dir: str, results_path: str | None = None, progress: bool = True) -> dict:
+def measure_batch(batch_dir: str, results_path: str | None = None, progress: bool = True,
+                  compile_workers: int | None = None) -> dict:
     """Measure every candidate of a batch not yet in its results file; see the module doc.
 
     Returns {"measured": n, "retried": n, "total": n}.
@@ -144,8 +208,6 @@ def measure_batch(batch_dir: str, results_path: str | None = None, progress: boo
     kind = manifest["device_type"]
     import tvm
 
-    if kind == "cuda":
-        import tvm.support.nvcc  # noqa: F401  (registers the NVRTC callback for CUDA source)
     dev = tvm.device(kind, 0)
     if not dev.exist:
         raise BatchError(f"this host has no {kind} device; run this where the batch's target "
@@ -159,6 +221,18 @@ def measure_batch(batch_dir: str, results_path: str | None = None, progress: boo
     retried = {line["index"] for line in done if line.get("retry")}
     rng = np.random.default_rng(0)
     counts = {"measured": 0, "retried": 0, "total": len(manifest["candidates"])}
+    todo = [c for c in manifest["candidates"] if c["index"] not in firsts]
+    if kind == "cuda":
+        cache = os.path.join(batch_dir, KERNEL_CACHE)
+        workers = compile_workers if compile_workers is not None else \
+            max(1, (os.cpu_count() or 2) - 1)
+        if workers > 1 and todo:
+            start = time.perf_counter()
+            loaded = precompile(batch_dir, todo, cache, workers)
+            if progress:
+                print(f"compiled the kernels of {loaded}/{len(todo)} candidates with {workers} "
+                      f"processes in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+        _use_kernel_cache(cache)
     retry_cv = manifest.get("retry_cv")
     with open(results_path, "a", encoding="utf-8") as out:
         def write(cand: dict, retry: bool) -> dict:
@@ -175,7 +249,6 @@ def measure_batch(batch_dir: str, results_path: str | None = None, progress: boo
             os.fsync(out.fileno())
             return line
 
-        todo = [c for c in manifest["candidates"] if c["index"] not in firsts]
         for i, cand in enumerate(todo):
             firsts[cand["index"]] = write(cand, retry=False)
             counts["measured"] += 1
@@ -196,11 +269,14 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("batch", help="a folder written by datagen pack")
     parser.add_argument("--results", help=f"results file (default BATCH/{RESULTS})")
+    parser.add_argument("--compile-workers", type=int, help="processes that compile CUDA "
+                        "kernels before measuring starts (default: all cores but one)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
-        counts = measure_batch(args.batch, args.results, progress=not args.no_progress)
+        counts = measure_batch(args.batch, args.results, progress=not args.no_progress,
+                               compile_workers=args.compile_workers)
     except BatchError as err:
         print(f"datagen.batch_measure: error: {err}", file=sys.stderr)
         return 2

@@ -180,3 +180,27 @@ def test_a_runtime_bundle_alone_measures_a_batch(first_batch, tmp_path):
                           capture_output=True, text=True, env=env, timeout=CLI_TIMEOUT_SEC)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "measured 8 of 8" in proc.stdout
+
+
+def test_kernel_cache_compiles_each_source_once(tmp_path):
+    """The measuring side compiles CUDA sources ahead in parallel processes and then loads
+    every kernel from a cache keyed by its source (a stand-in compiler counts the calls: NVRTC
+    itself needs the GPU host)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from datagen.batch_measure import cache_kernel_compiles
+
+    calls = []
+
+    def compile_fn(code):
+        calls.append(code)
+        return code.upper().encode()
+
+    compile_cached = cache_kernel_compiles(str(tmp_path / "cache"), compile_fn)
+    assert bytes(compile_cached("__global__ void a()")) == b"__GLOBAL__ VOID A()"
+    with ThreadPoolExecutor(4) as pool:
+        again = list(pool.map(compile_cached, ["__global__ void a()"] * 8))
+    assert all(bytes(b) == b"__GLOBAL__ VOID A()" for b in again) and len(calls) == 1
+    other = cache_kernel_compiles(str(tmp_path / "cache"), compile_fn)  # another process
+    assert bytes(other("__global__ void a()")) == b"__GLOBAL__ VOID A()" and len(calls) == 1
+    assert bytes(other("__global__ void b()")) == b"__GLOBAL__ VOID B()" and len(calls) == 2
