@@ -11,8 +11,10 @@ Entries (the checkpoints `train fit` writes have these plus Lightning's optimise
 - "costmodel": the self-description. `format_version` (`FORMAT_VERSION`); the featuriser it
   was trained with (`featurizer_version`, `vocabulary`, `node_features`, `program_features`,
   `edge_types`); `architecture`, from which the network is rebuilt
-  (`costmodel.model.create_model`); `normalization`; `target` (JSON) and `target_kind`; the
-  training `dataset`, `split` and `sides` (the workload keys of each side).
+  (`costmodel.model.create_model`); `normalization` (its `per_workload` says the model was
+  trained on per-workload standardised labels and predicts a relative score, not a latency;
+  files without it predict latency); `target` (JSON) and `target_kind`; the training
+  `dataset`, `split` and `sides` (the workload keys of each side).
 - "hyper_parameters": the training hyperparameters (the loss settings also serve `adapt`).
 - "state_dict": the network's parameters, each key prefixed with "model.".
 
@@ -64,6 +66,11 @@ class Checkpoint:
     @property
     def target_kind(self) -> str:
         return self.meta["target_kind"]
+
+    @property
+    def predicts_latency(self) -> bool:
+        """False for a model trained on per-workload standardised labels (a relative score)."""
+        return self.normalization.predicts_latency
 
 
 def describe(model, normalization: Normalization, target: str, dataset: str, split: str,

@@ -1,4 +1,10 @@
-"""Standardisation of graphs and targets, fitted on a training split and kept with the model."""
+"""Standardisation of graphs and targets, fitted on a training split and kept with the model.
+
+The target is log-latency (less the log FLOPs if `per_flop`), standardised either over the
+whole training split (the model predicts a latency) or, if `per_workload`, within each
+workload over that workload's records (the model predicts a relative score: how much faster
+or slower than its workload's typical program, not a latency).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import dataclasses
 import math
 
 import numpy as np
+import pandas as pd
 import torch
 
 EPS = 1e-6
@@ -25,17 +32,36 @@ class Normalization:
     y_mean: float
     y_std: float
     per_flop: bool = False
+    per_workload: bool = False  # absent from checkpoints written before it existed: False
 
     @classmethod
-    def fit(cls, graphs, latencies, per_flop: bool = False) -> "Normalization":
-        """Statistics of `graphs`; targets are log-latency, per FLOP if `per_flop`."""
+    def fit(cls, graphs, latencies, per_flop: bool = False,
+            workloads=None) -> "Normalization":
+        """Statistics of `graphs`; targets are log-latency, per FLOP if `per_flop`.
+
+        With `workloads` (the workload of each record), targets are standardised within each
+        workload (`per_workload`); `y_mean` is then 0 and `y_std` the pooled within-workload
+        standard deviation of the training records, so that a prediction maps to a log-latency
+        relative to its workload's mean (`log_latency`), in the units of a typical workload.
+        """
         x = np.concatenate([g.x for g in graphs])
         prog = np.stack([g.program for g in graphs])
         y = np.log(np.asarray(latencies, float))
         if per_flop:
             y = y - prog[:, FLOPS_FEATURE] * math.log(2)
+        if workloads is None:
+            y_mean, y_std = float(y.mean()), float(y.std() + EPS)
+        else:
+            residual = y - pd.Series(y).groupby(np.asarray(workloads)).transform("mean").to_numpy()
+            y_mean, y_std = 0.0, float(np.sqrt(np.mean(residual ** 2)) + EPS)
         return cls(x.mean(0), x.std(0) + EPS, prog.mean(0), prog.std(0) + EPS,
-                   float(y.mean()), float(y.std() + EPS), per_flop)
+                   y_mean, y_std, per_flop, workloads is not None)
+
+    @property
+    def predicts_latency(self) -> bool:
+        """False when the model learnt a score relative to each workload (`per_workload`):
+        its predictions rank a workload's programs but are no latency."""
+        return not self.per_workload
 
     def offset(self, graph) -> float:
         """What the target leaves out of a graph's log-latency: its log FLOPs if per FLOP."""
@@ -50,22 +76,39 @@ class Normalization:
         return cls(**{k: (np.asarray(v, np.float32) if isinstance(v, list) else v)
                       for k, v in d.items()})
 
-    def data(self, graph, latency: float | None = None, group: int = 0):
-        """A normalised `torch_geometric.data.Data` for one graph (y: normalised log-latency)."""
+    def targets(self, graphs, latencies, workloads) -> np.ndarray:
+        """The normalised training target of each record: its log-latency (less its `offset`)
+        standardised with (`y_mean`, `y_std`), or, if `per_workload`, with the mean and standard
+        deviation of the records of its workload among those given."""
+        y = np.log(np.asarray(latencies, float)) - np.array([self.offset(g) for g in graphs])
+        if not self.per_workload:
+            return (y - self.y_mean) / self.y_std
+        by = pd.Series(y).groupby(np.asarray(workloads))
+        mean = by.transform("mean").to_numpy()
+        std = by.transform(lambda v: v.std(ddof=0)).to_numpy()
+        return (y - mean) / (std + EPS)
+
+    def data(self, graph, *, y: float | None = None, group: int = 0):
+        """A normalised `torch_geometric.data.Data` for one graph, with its normalised target
+        `y` (from `targets`) if given."""
         data = graph.to_pyg()
         data.x = (data.x - torch.from_numpy(self.x_mean)) / torch.from_numpy(self.x_std)
         data.program = (data.program - torch.from_numpy(self.program_mean)) \
             / torch.from_numpy(self.program_std)
         data.x, data.program = data.x.float(), data.program.float()
         data.offset = torch.tensor([self.offset(graph)])
-        if latency is not None:
-            data.y = torch.tensor([(math.log(latency) - data.offset.item() - self.y_mean)
-                                   / self.y_std])
+        if y is not None:
+            data.y = torch.tensor([float(y)])
         data.group = torch.tensor([group])
         return data
 
     def log_latency(self, pred: torch.Tensor, offset: torch.Tensor) -> np.ndarray:
-        """Natural-log seconds from normalised predictions and the graphs' `offset`s."""
+        """Natural-log seconds from normalised predictions and the graphs' `offset`s.
+
+        For a `per_workload` model this is not a latency but log(latency / the workload's
+        geometric-mean latency) in a typical workload's units: it ranks the programs of one
+        workload and says nothing about their absolute time.
+        """
         normalized = np.clip(pred.detach().cpu().numpy().astype(np.float64), -MAX_Z, MAX_Z)
         return normalized * self.y_std + self.y_mean + offset.cpu().numpy().astype(np.float64)
 

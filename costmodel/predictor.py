@@ -27,6 +27,11 @@ class CostModelPredictor:
     run per seed); it predicts the mean of their log-latencies, and its embedding of a program
     is the members' embeddings side by side.
 
+    A model trained with per-workload label normalisation (`predicts_latency` False) predicts
+    a score relative to each workload, not a latency: its "seconds" are latency relative to
+    the workload's typical program (see `Normalization.log_latency`); they rank the programs
+    of one workload and nothing more. Members must agree on which of the two they predict.
+
     Args:
         members: loaded `checkpoint.Checkpoint`s (one for a single model).
         cache_dir: optional on-disk cache of featurised graphs.
@@ -40,6 +45,11 @@ class CostModelPredictor:
             if m.meta["target"] != first.meta["target"]:
                 raise UserError(f"ensemble members disagree on the target: {first.path} is for "
                                 f"{first.meta['target']}, {m.path} for {m.meta['target']}")
+            if m.predicts_latency != first.predicts_latency:
+                relative = m if first.predicts_latency else first
+                raise UserError(f"ensemble members disagree on what they predict: {relative.path} "
+                                "predicts a score relative to each workload "
+                                "(normalize_per_workload), the others a latency")
         self.members = members
         self.featurizer = featurize.Featurizer(json.loads(first.meta["target"]),
                                                cache_dir=cache_dir)
@@ -53,9 +63,16 @@ class CostModelPredictor:
     def target_kind(self) -> str:
         return self.members[0].target_kind
 
+    @property
+    def predicts_latency(self) -> bool:
+        """True if predictions are latencies; False if they are scores relative to each
+        workload (trained with `normalize_per_workload`), which only rank within a workload."""
+        return self.members[0].predicts_latency
+
     def __repr__(self) -> str:
         return (f"CostModelPredictor(featurizer={self.meta['featurizer_version']!r}, "
                 f"target={self.target_kind!r}, split={self.meta['split']!r}, "
+                f"predicts={'latency' if self.predicts_latency else 'relative score'!r}, "
                 f"members={len(self.members)})")
 
     @classmethod
@@ -80,7 +97,8 @@ class CostModelPredictor:
         checkpoint.save(path, m.model, m.meta, m.hparams)
 
     def predict_graphs(self, graphs: list) -> np.ndarray:
-        """Latency in seconds for each `ProgramGraph`."""
+        """Latency in seconds for each `ProgramGraph` (a relative score if not
+        `predicts_latency`)."""
         return self.predict_and_embed(graphs)[0]
 
     @torch.no_grad()
@@ -119,7 +137,8 @@ class CostModelPredictor:
 
     def adapt(self, graphs: list, latencies, groups, steps: int, lr: float) -> float:
         """Fine-tune every member on measured programs (full-batch Adam, each member's own
-        MSE + rank loss settings); the last loss, averaged over members.
+        MSE + rank loss settings and normalisation: a per-workload member standardises each
+        group's latencies among these); the last loss, averaged over members.
 
         Args:
             graphs: `ProgramGraph`s of measured programs.
@@ -135,8 +154,9 @@ class CostModelPredictor:
         losses = []
         for m in self.members:
             device = next(m.model.parameters()).device
-            batch = Batch.from_data_list([m.normalization.data(g, lat, grp) for g, lat, grp
-                                          in zip(graphs, latencies, groups)]).to(device)
+            ys = m.normalization.targets(graphs, latencies, groups)
+            batch = Batch.from_data_list([m.normalization.data(g, y=y, group=grp) for g, y, grp
+                                          in zip(graphs, ys, groups)]).to(device)
             optimizer = torch.optim.Adam(m.model.parameters(), lr=lr)
             m.model.train()
             loss = torch.zeros(())

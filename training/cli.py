@@ -9,8 +9,9 @@
     costmodel convert OLD.ckpt NEW.ckpt
 
 `train` is LightningCLI over `CostModelModule` and `ScheduleDataModule`. `costmodel evaluate`
-scores checkpoints against MetaSchedule's XGBoost model on held-out workloads; `costmodel
-convert` rewrites a checkpoint of an older format in the current one.
+scores checkpoints against the tree baselines (MetaSchedule's XGBModel, TenSet's LightGBM) on
+held-out workloads; `costmodel convert` rewrites a checkpoint of an older format in the
+current one.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def _evaluate(args) -> int:
 
     report = evaluate(args.checkpoints, args.dataset, args.out, args.split, args.test_fraction,
                       args.test_families, args.seed, baseline=not args.no_baseline,
-                      test_networks=args.test_networks, ensemble=args.ensemble)
+                      test_networks=args.test_networks, ensemble=args.ensemble,
+                      baselines=args.baselines)
     for name, m in report["models"].items():
         cells = ", ".join(f"{k} {v:.3f}" for k, v in m["mean"].items() if v is not None)
         print(f"{name}: {cells}")
@@ -60,12 +62,13 @@ def _convert(args) -> int:
 
 def costmodel_main(argv: list[str] | None = None) -> int:
     """`costmodel`: evaluate and convert checkpoints."""
+    from training.baselines import BASELINES
     from training.data import SPLITS
 
     parser = argparse.ArgumentParser(prog="costmodel", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("evaluate", help="score checkpoints and the XGBoost baseline")
+    p = sub.add_parser("evaluate", help="score checkpoints and the tree baselines")
     p.add_argument("checkpoints", nargs="+", help="one checkpoint per training seed")
     p.add_argument("--dataset", required=True)
     p.add_argument("--out", required=True, help="folder for report.json, report.md, plots")
@@ -78,7 +81,9 @@ def costmodel_main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ensemble", action="store_true",
                    help="score the checkpoints as one ensemble (mean log-latency)")
-    p.add_argument("--no-baseline", action="store_true", help="skip MetaSchedule's XGBModel")
+    p.add_argument("--baselines", nargs="+", choices=BASELINES.names(),
+                   help=f"baselines to score (default: all of {', '.join(BASELINES.names())})")
+    p.add_argument("--no-baseline", action="store_true", help="skip every baseline")
     p.set_defaults(func=_evaluate)
     p = sub.add_parser("convert", help="rewrite an older-format checkpoint in the current format")
     p.add_argument("source")

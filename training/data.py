@@ -6,7 +6,9 @@ Splits hold out whole workloads, so the test side is programs the model never sa
 - "network": every workload of the `test_networks` (held-out networks); a workload that also
   occurs in another network is trained on, so it never counts as held out.
 A `val_fraction` of the remaining training workloads validates. Normalisation (node, program
-and target statistics) is fitted on the training split only and travels with the checkpoint.
+and target statistics) is fitted on the training split only and travels with the checkpoint;
+with `normalize_per_workload` each record's target is its log-latency standardised within its
+workload instead (the model then predicts a relative score, not a latency).
 Training batches hold `per_workload` records of each of `workloads_per_batch` workloads, so
 every batch has pairs of the same workload for the rank loss.
 """
@@ -37,12 +39,41 @@ def usable(frame: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     return frame[keep].reset_index(drop=True), int((~keep).sum())
 
 
+def _describe_target(text: str) -> str:
+    """A short name of a target's JSON: its kind and -mcpu / -arch, e.g. "llvm -mcpu=znver4"."""
+    try:
+        target = json.loads(text)
+    except (TypeError, ValueError):
+        return str(text)[:60]
+    if not isinstance(target, dict):
+        return str(text)[:60]
+    return " ".join([str(target.get("kind", "?"))] + [f"-{k}={target[k]}" for k in ("mcpu", "arch")
+                                                       if target.get(k)])
+
+
+def check_one_target(frame: pd.DataFrame, dataset: str) -> None:
+    """A model learns one target's latencies: refuse records measured on several.
+
+    Raises:
+        UserError: the records of `frame` have more than one `target`.
+    """
+    targets = sorted(frame.target.unique())
+    if len(targets) > 1:
+        names = ", ".join(sorted({_describe_target(t) for t in targets}))
+        raise UserError(f"{dataset} mixes {len(targets)} targets ({names}); train on one target: "
+                        "collect each into its own folder")
+
+
+def record_networks(network) -> list[str]:
+    """The networks one record's `network` cell lists (NETWORK_SEPARATOR between them)."""
+    return [n for n in str(network or "").split(NETWORK_SEPARATOR) if n]
+
+
 def networks_of(frame: pd.DataFrame) -> dict[str, set[str]]:
     """Every network each workload key occurs in."""
     out: dict[str, set[str]] = {}
     for key, network in zip(frame.workload_key, frame.network):
-        out.setdefault(key, set()).update(
-            n for n in str(network or "").split(NETWORK_SEPARATOR) if n)
+        out.setdefault(key, set()).update(record_networks(network))
     return out
 
 
@@ -154,14 +185,23 @@ class ScheduleDataModule(L.LightningDataModule):
         per_flop: learn log-latency per FLOP of the lowered program (the model's output plus
             the program's log FLOPs is its log-latency); off by default, as it ranked worse
             on the committed dataset.
+        normalize_per_workload: standardise each record's log-latency within its workload
+            (minus the mean, over the standard deviation of its workload's records; training
+            workloads are only on the training side). The model then learns to rank within
+            a workload and predicts a relative score, not a latency; the checkpoint records
+            it, and `costmodel evaluate` reports no MAPE for it. Excludes `per_flop`.
     """
 
     def __init__(self, dataset: str = "data/llvm-full", split: str = "shapes",
                  test_fraction: float = 0.2, test_families: list[str] | None = None,
                  val_fraction: float = 0.1, workloads_per_batch: int = 8,
                  per_workload: int = 16, cache_dir: str = ".cache/features", seed: int = 0,
-                 per_flop: bool = False, test_networks: list[str] | None = None):
+                 per_flop: bool = False, test_networks: list[str] | None = None,
+                 normalize_per_workload: bool = False):
         super().__init__()
+        if per_flop and normalize_per_workload:
+            raise UserError("per_flop and normalize_per_workload exclude each other: "
+                            "standardising within a workload already removes its scale")
         self.save_hyperparameters()
         self.normalization: Normalization | None = None
         self.frames: dict[str, pd.DataFrame] = {}
@@ -180,6 +220,7 @@ class ScheduleDataModule(L.LightningDataModule):
         frame, self.dropped = usable(read_records(hp.dataset, RECORD_COLUMNS))
         if frame.empty:
             raise UserError(f"{hp.dataset} has no successfully measured records to train on")
+        check_one_target(frame, hp.dataset)
         featurizer = Featurizer(json.loads(frame.target.iloc[0]), cache_dir=hp.cache_dir)
         graphs, failed = [], []
         for row in tqdm(frame.itertuples(index=False), total=len(frame), desc="featurise",
@@ -198,14 +239,16 @@ class ScheduleDataModule(L.LightningDataModule):
         self.frames = {name: frame[frame.workload_key.isin(keys)].reset_index(drop=True)
                        for name, keys in self.sides.items()}
         train = self.frames["train"]
-        self.normalization = Normalization.fit(train.graph, train.latency_median,
-                                               per_flop=hp.per_flop)
+        self.normalization = Normalization.fit(
+            train.graph, train.latency_median, per_flop=hp.per_flop,
+            workloads=train.workload_key if hp.normalize_per_workload else None)
 
     def _dataset(self, side: str):
         frame = self.frames[side]
         ids = {k: i for i, k in enumerate(sorted(frame.workload_key.unique()))}
-        data = [self.normalization.data(g, lat, ids[k])
-                for g, lat, k in zip(frame.graph, frame.latency_median, frame.workload_key)]
+        ys = self.normalization.targets(frame.graph, frame.latency_median, frame.workload_key)
+        data = [self.normalization.data(g, y=y, group=ids[k])
+                for g, y, k in zip(frame.graph, ys, frame.workload_key)]
         groups = [np.flatnonzero(frame.workload_key.to_numpy() == k) for k in ids]
         return data, groups
 

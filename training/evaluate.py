@@ -1,8 +1,14 @@
-"""`costmodel evaluate`: score checkpoints and MetaSchedule's XGBoost baseline on a held-out split.
+"""`costmodel evaluate`: score checkpoints and the tree baselines on a held-out split.
 
-Writes `report.json` (every metric, overall and per family, per checkpoint, with the mean and
-spread over checkpoints trained with different seeds), a readable `report.md`, and plots:
-predicted against measured latency, and per-workload Kendall tau of each model.
+Writes `report.json` (every metric, overall, per family and per network, per checkpoint and
+baseline, with the mean and spread over checkpoints trained with different seeds), a readable
+`report.md`, and plots: predicted against measured latency, and per-workload Kendall tau of
+each model. The baselines are `training.baselines.BASELINES` (MetaSchedule's XGBModel,
+TenSet's LightGBM), trained on the checkpoint's training workloads, once per checkpoint seed.
+
+A record counts for each network its `network` cell lists. Models that predict no latency (the
+baselines' relative throughput, a checkpoint trained with per-workload normalisation) have no
+MAPE: it is reported as None ("n/a").
 """
 
 from __future__ import annotations
@@ -16,24 +22,32 @@ import pandas as pd
 from datagen.errors import UserError
 from datagen.records import read_records
 from datagen.tvm_env import make_target
-from training.data import RECORD_COLUMNS, split_workloads, usable
+from training.data import (RECORD_COLUMNS, check_one_target, record_networks, split_workloads,
+                           usable)
 from training.metrics import all_metrics, kendall_tau
 
-GRAPHSAGE, XGB = "graphsage", "xgb"
-# XGBModel predicts throughput relative to each workload's best, not latency: no MAPE
+GRAPHSAGE = "graphsage"
+# metrics that compare predicted with measured latency: None for a model that predicts none
+# (a throughput relative to each workload's best, or a per-workload relative score); the
+# others use only each workload's predicted order
 NOT_LATENCY = ("mape",)
 
 
 def _metrics(frame: pd.DataFrame, predicted: np.ndarray, latency: bool) -> dict:
-    """Metrics overall and per family; `predicted` is a latency (lower is faster)."""
-    def score(part, pred):
-        m = all_metrics(part.workload_key, part.latency_median, pred, part.workload_weight)
+    """Metrics overall, per family and per network; `predicted` orders like latency (lower is
+    faster), and is a latency if `latency`. A record counts for every network it lists."""
+    def score(mask):
+        part = frame[mask]
+        m = all_metrics(part.workload_key, part.latency_median, predicted[mask],
+                        part.workload_weight)
         return {k: (v if latency or k not in NOT_LATENCY else None) for k, v in m.items()}
 
-    out = {"overall": score(frame, predicted), "per_family": {}}
-    for fam, part in frame.groupby("family"):
-        out["per_family"][fam] = score(part, predicted[frame.family.to_numpy() == fam])
-    return out
+    families = frame.family.to_numpy()
+    networks = [set(record_networks(n)) for n in frame.network]
+    return {"overall": score(np.ones(len(frame), bool)),
+            "per_family": {fam: score(families == fam) for fam in sorted(set(families))},
+            "per_network": {net: score(np.array([net in n for n in networks]))
+                            for net in sorted(set().union(*networks))}}
 
 
 def _spread(runs: list[dict]) -> tuple[dict, dict]:
@@ -44,7 +58,9 @@ def _spread(runs: list[dict]) -> tuple[dict, dict]:
     return mean, std
 
 
-def _plots(test: pd.DataFrame, preds: dict[str, np.ndarray], out: str) -> list[str]:
+def _plots(test: pd.DataFrame, preds: dict[str, np.ndarray], out: str,
+           latency: bool = True) -> list[str]:
+    """The plots; `latency`: GraphSAGE's predictions are latencies (else relative scores)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -53,12 +69,15 @@ def _plots(test: pd.DataFrame, preds: dict[str, np.ndarray], out: str) -> list[s
     files = []
     fig, ax = plt.subplots(figsize=(5.5, 5))
     measured = test.latency_median.to_numpy() * 1e6
-    pred = preds[GRAPHSAGE] * 1e6
+    pred = preds[GRAPHSAGE] * (1e6 if latency else 1.0)
     ax.scatter(measured, pred, s=4, alpha=0.4)
-    lo, hi = min(measured.min(), pred.min()), max(measured.max(), pred.max())
-    ax.plot([lo, hi], [lo, hi], "k--", lw=1)
+    if latency:
+        lo, hi = min(measured.min(), pred.min()), max(measured.max(), pred.max())
+        ax.plot([lo, hi], [lo, hi], "k--", lw=1)
     ax.set(xscale="log", yscale="log", xlabel="measured latency (us)",
-           ylabel="predicted latency (us)", title="GraphSAGE on held-out workloads")
+           ylabel="predicted latency (us)" if latency
+           else "predicted score relative to its workload (not a latency)",
+           title="GraphSAGE on held-out workloads")
     fig.tight_layout()
     files.append(os.path.join(out, "predicted_vs_measured.png"))
     fig.savefig(files[-1], dpi=120)
@@ -84,7 +103,9 @@ def _markdown(report: dict) -> str:
     metrics = list(report["models"][names[0]]["mean"])
     lines = [f"# Cost-model evaluation: {report['split']} split",
              "", f"Dataset `{report['dataset']}`; {report['test_workloads']} held-out workloads "
-             f"({', '.join(report['test_families'])}), "
+             f"({', '.join(report['test_families'])}"
+             + (f"; networks {', '.join(report['test_networks'])}"
+                if report.get("test_networks") else "") + "), "
              f"{report['test_records']} records; trained on {report['train_workloads']} "
              "workloads.", "", "| model | " + " | ".join(metrics) + " |",
              "|---" * (len(metrics) + 1) + "|"]
@@ -93,15 +114,21 @@ def _markdown(report: dict) -> str:
         cells = ["n/a" if m[k] is None else f"{m[k]:.3f} ± {s[k]:.3f}" for k in metrics]
         lines.append(f"| {name} ({report['models'][name]['runs']} run(s)) | "
                      + " | ".join(cells) + " |")
-    lines += ["", "## Per family (first run of each model)", ""]
-    for name in names:
-        fams = report["models"][name]["per_run"][0]["per_family"]
-        lines += [f"### {name}", "", "| family | " + " | ".join(metrics) + " |",
-                  "|---" * (len(metrics) + 1) + "|"]
-        for fam, m in fams.items():
-            lines.append(f"| {fam} | " + " | ".join("n/a" if m[k] is None else f"{m[k]:.3f}"
-                                                    for k in metrics) + " |")
-        lines.append("")
+    if not report["models"][GRAPHSAGE].get("predicts_latency", True):
+        lines += ["", f"{GRAPHSAGE} was trained with per-workload normalisation: it predicts a "
+                  "score relative to each workload, not a latency, so it has no MAPE."]
+    for part, title in (("per_family", "family"), ("per_network", "network")):
+        lines += ([""] if lines[-1] else []) + [f"## Per {title} (first run of each model)", ""]
+        if part == "per_network":
+            lines += ["A record counts for every network it occurs in.", ""]
+        for name in names:
+            rows = report["models"][name]["per_run"][0][part]
+            lines += [f"### {name}", "", f"| {title} | " + " | ".join(metrics) + " |",
+                      "|---" * (len(metrics) + 1) + "|"]
+            for key, m in rows.items():
+                lines.append(f"| {key} | " + " | ".join("n/a" if m[k] is None else f"{m[k]:.3f}"
+                                                        for k in metrics) + " |")
+            lines.append("")
     lines += [f"![{os.path.splitext(p)[0].replace('_', ' ')}]({p})" for p in report["plots"]]
     return "\n".join(lines) + "\n"
 
@@ -124,17 +151,28 @@ def choose_sides(meta: dict, frame: pd.DataFrame, split: str | None, test_fracti
 def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None = None,
              test_fraction: float = 0.2, test_families: list[str] | None = None,
              seed: int = 0, baseline: bool = True, test_networks: list[str] | None = None,
-             ensemble: bool = False) -> dict:
+             ensemble: bool = False, baselines: list[str] | None = None) -> dict:
     """Evaluate checkpoints (one per training seed, or all of them as one ensemble) and the
-    XGB baseline; write the report."""
-    from costmodel.predictor import CostModelPredictor
-    from training.baselines import fit_xgb, predict_xgb
+    baselines (`baselines`: names in `BASELINES`, default all; none if not `baseline`);
+    write the report.
 
+    Raises:
+        UserError: unreadable checkpoints, an unknown baseline, a dataset without usable
+            records or with records of several targets, a split that leaves a side empty.
+    """
+    from costmodel.predictor import CostModelPredictor
+    from training.baselines import BASELINES
+
+    names = (list(BASELINES.names()) if baselines is None else list(baselines)) \
+        if baseline else []
+    for name in names:
+        BASELINES.get(name)  # an unknown name fails before any work
     predictors = [CostModelPredictor.load(checkpoints)] if ensemble else \
         [CostModelPredictor.load(c) for c in checkpoints]
     frame, dropped = usable(read_records(dataset, RECORD_COLUMNS))
     if frame.empty:
         raise UserError(f"{dataset} has no successfully measured records")
+    check_one_target(frame, dataset)
     meta = predictors[0].meta
     split, sides = choose_sides(meta, frame, split, test_fraction, test_families, test_networks,
                                 seed)
@@ -146,29 +184,31 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
     os.makedirs(out, exist_ok=True)
     models, preds = {}, {}
     runs = []
+    latency = all(p.predicts_latency for p in predictors)
     for p in predictors:
         pred = p.predict_records(test)
         preds.setdefault(GRAPHSAGE, pred)
-        runs.append(_metrics(test, pred, latency=True))
+        runs.append(_metrics(test, pred, latency=latency))
     mean, std = _spread(runs)
-    models[GRAPHSAGE] = {"runs": len(runs), "ensemble": ensemble, "mean": mean, "std": std,
-                         "per_run": runs,
+    models[GRAPHSAGE] = {"runs": len(runs), "ensemble": ensemble, "predicts_latency": latency,
+                         "mean": mean, "std": std, "per_run": runs,
                          "checkpoints": [os.path.basename(c) for c in checkpoints]}
-    if baseline:
-        target = make_target(json.loads(meta["target"]))
+    target = make_target(json.loads(meta["target"]))
+    for name in names:  # each baseline once per checkpoint seed
         runs = []
-        for s in range(len(predictors)):
-            scores = predict_xgb(fit_xgb(train, target, seed=s), test, target).to_numpy()
-            preds.setdefault(XGB, -scores)
+        for scores in BASELINES.get(name)(train, test, target, list(range(len(predictors)))):
+            preds.setdefault(name, -scores)  # higher score is faster: negate to order as latency
             runs.append(_metrics(test, -scores, latency=False))
         mean, std = _spread(runs)
-        models[XGB] = {"runs": len(runs), "mean": mean, "std": std, "per_run": runs}
+        models[name] = {"runs": len(runs), "predicts_latency": False, "mean": mean, "std": std,
+                        "per_run": runs}
     test_fams = sorted(test.family.unique())
     report = {"split": split, "dataset": dataset, "dropped_records": dropped,
               "test_families": test_fams,
+              "test_networks": sorted(set().union(*(record_networks(n) for n in test.network))),
               "train_workloads": len(sides["train"]), "test_workloads": len(sides["test"]),
               "test_records": len(test), "models": models}
-    report["plots"] = [os.path.basename(f) for f in _plots(test, preds, out)]
+    report["plots"] = [os.path.basename(f) for f in _plots(test, preds, out, latency)]
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump(report, f, indent=2)
     with open(os.path.join(out, "report.md"), "w") as f:

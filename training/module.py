@@ -13,7 +13,8 @@ from training.metrics import kendall_tau
 
 
 class CostModelModule(L.LightningModule):
-    """Trains a cost model with MSE on normalised log-latency plus a rank loss.
+    """Trains a cost model with MSE on the normalised target (log-latency, standardised over
+    the training split or within each workload) plus a rank loss within workloads.
 
     Args:
         architecture: the network, a name in `costmodel.model.MODELS`.
@@ -24,8 +25,10 @@ class CostModelModule(L.LightningModule):
         lr: AdamW learning rate.
         weight_decay: AdamW weight decay.
         mse_weight: weight of the MSE term.
-        rank_weight: weight of the pairwise rank term.
-        rank_loss: a name in `costmodel.losses.RANK_LOSSES` ("logistic", "hinge").
+        rank_weight: weight of the rank term.
+        rank_loss: a name in `costmodel.losses.RANK_LOSSES`: pairwise "logistic" (RankNet) or
+            "hinge", listwise "listmle", or "lambdarank" (logistic pairs weighted by their
+            |delta NDCG|).
     """
 
     def __init__(self, architecture: str = "graphsage", hidden: int = 128, num_layers: int = 3, dropout: float = 0.1,

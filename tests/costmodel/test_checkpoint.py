@@ -45,11 +45,14 @@ def architecture(hidden: int = 16) -> dict:
             "num_layers": 2, "dropout": 0.0}
 
 
-def write(path, graphs, tvm_target, seed: int = 0, **meta_changes) -> str:
-    """A format-2 checkpoint of a fresh network (seeded), with `meta_changes` applied."""
+def write(path, graphs, tvm_target, seed: int = 0, per_workload: bool = False,
+          **meta_changes) -> str:
+    """A format-2 checkpoint of a fresh network (seeded), with `meta_changes` applied;
+    `per_workload`: trained on per-workload standardised labels (two workloads)."""
     torch.manual_seed(seed)
     model = create_model(architecture())
-    norm = Normalization.fit(graphs, np.linspace(1e-4, 2e-4, len(graphs)))
+    workloads = [i % 2 for i in range(len(graphs))] if per_workload else None
+    norm = Normalization.fit(graphs, np.linspace(1e-4, 2e-4, len(graphs)), workloads=workloads)
     meta = checkpoint.describe(model, norm, target_json(tvm_target), "data/x", "shapes",
                                {"train": ["dense/a"], "val": ["dense/b"], "test": ["dense/c"]})
     meta.update(meta_changes)
@@ -181,6 +184,9 @@ def test_the_shipped_checkpoints_are_current_and_installed():
     for name in ("graphsage.ckpt", "graphsage-family-depthwise.ckpt"):
         ckpt = checkpoint.load(checkpoints.path(name), target_kind="llvm")
         assert ckpt.meta["format_version"] == checkpoint.FORMAT_VERSION
+        # written before per-workload normalisation existed: they predict latency
+        assert "per_workload" not in ckpt.meta["normalization"] and ckpt.predicts_latency
+        assert CostModelPredictor.load(checkpoints.path(name)).predicts_latency
     assert checkpoints.path() == checkpoints.path("graphsage.ckpt")
     with pytest.raises(UserError, match="missing from this installation"):
         checkpoints.path("nope.ckpt")
@@ -192,3 +198,25 @@ def test_models_are_created_by_name():
     assert model.architecture == architecture(8) and model.embedding_size == 8 * 3
     with pytest.raises(UserError, match="unknown model"):
         MODELS.create("nope")
+
+
+def test_a_per_workload_checkpoint_says_it_predicts_no_latency(tmp_path, graphs, target):
+    """Trained on per-workload standardised labels, a model predicts a relative score: the
+    checkpoint records it, the predictor says so, and an ensemble never mixes the two."""
+    path = write(tmp_path / "rel.ckpt", graphs, target, per_workload=True)
+    assert checkpoint.read(path)["costmodel"]["normalization"]["per_workload"] is True
+    predictor = CostModelPredictor.load(path)
+    assert not predictor.predicts_latency and not predictor.members[0].predicts_latency
+    assert "relative score" in repr(predictor)
+    scores = predictor.predict_graphs(graphs)
+    assert scores.shape == (len(graphs),) and np.isfinite(scores).all()
+    latency = write(tmp_path / "lat.ckpt", graphs, target)
+    assert CostModelPredictor.load(latency).predicts_latency
+    with pytest.raises(UserError, match="disagree on what they predict: .*rel.ckpt predicts a "
+                                        "score relative to each workload"):
+        CostModelPredictor.load([latency, path])
+    # adapting standardises the measured latencies within each group, as training did
+    before = predictor.predict_graphs(graphs)
+    loss = predictor.adapt(graphs, np.linspace(1e-4, 9e-4, len(graphs)),
+                           [i % 2 for i in range(len(graphs))], steps=3, lr=1e-2)
+    assert np.isfinite(loss) and not np.allclose(before, predictor.predict_graphs(graphs))

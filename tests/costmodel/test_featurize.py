@@ -138,6 +138,30 @@ def test_memory_and_disk_cache(candidates, target, tmp_path):
     assert "tir-graph" in repr(featurizer) and "llvm" in repr(featurizer)
 
 
+def test_graphs_cached_by_another_featuriser_version_are_not_used(candidates, target, tmp_path,
+                                                                   monkeypatch):
+    """The disk cache is a folder per featuriser version: a new version never reads graphs the
+    old one wrote (it featurises again), and the old version still finds its own."""
+    from costmodel import featurize
+
+    workload, cand = candidates[1]
+    ir = workload.definition()
+    old = Featurizer(target, cache_dir=tmp_path).featurize_record(ir, cand.trace_json,
+                                                                  cand.trace_hash)
+    key = record_key(ir, cand.trace_hash)
+    assert (tmp_path / FEATURIZER_VERSION / f"{key}.npz").exists()
+    monkeypatch.setattr(featurize, "FEATURIZER_VERSION", "tir-graph-next")
+    newer = Featurizer(target, cache_dir=tmp_path)
+    assert newer._cached(key) is None
+    with pytest.raises(FeaturizeError):  # nothing cached for it: it must lower this
+        newer.featurize("never lowered", key)
+    again = newer.featurize_record(ir, cand.trace_json, cand.trace_hash)
+    assert again is not old and (tmp_path / "tir-graph-next" / f"{key}.npz").exists()
+    monkeypatch.setattr(featurize, "FEATURIZER_VERSION", FEATURIZER_VERSION)
+    cached = Featurizer(target, cache_dir=tmp_path).featurize("never lowered", key)
+    np.testing.assert_array_equal(cached.x, old.x)
+
+
 def test_featurize_record_replays_and_caches(candidates, target):
     workload, cand = candidates[1]
     featurizer = Featurizer(target)

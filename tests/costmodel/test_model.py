@@ -1,9 +1,11 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 
-from costmodel.losses import cost_model_loss, pairwise_rank_loss
+from costmodel.losses import (RANK_LOSSES, cost_model_loss, delta_ndcg, hinge_pair_loss,
+                               pairwise_rank_loss, rank_loss)
 from costmodel.model import GraphSAGECostModel
 from datagen.errors import UserError
 
@@ -49,8 +51,9 @@ def test_rank_loss_on_a_hand_made_pair():
     wrong = torch.tensor([1.0, 0.0])
     assert pairwise_rank_loss(right, target, group).item() == pytest.approx(math.log1p(math.exp(-1)))
     assert pairwise_rank_loss(wrong, target, group).item() == pytest.approx(math.log1p(math.exp(1)))
-    assert pairwise_rank_loss(right, target, group, "hinge").item() == 0.0
-    assert pairwise_rank_loss(wrong, target, group, "hinge").item() == pytest.approx(1.1)
+    assert pairwise_rank_loss(right, target, group, hinge_pair_loss).item() == 0.0
+    assert pairwise_rank_loss(wrong, target, group, hinge_pair_loss).item() == pytest.approx(1.1)
+    assert rank_loss(wrong, target, group, "hinge").item() == pytest.approx(1.1)
 
 
 def test_rank_loss_ignores_pairs_across_workloads():
@@ -65,14 +68,83 @@ def test_combined_loss_weights():
     total, parts = cost_model_loss(pred, target, group, mse_weight=2.0, rank_weight=0.5)
     assert parts["mse"].item() == pytest.approx(2.0)
     assert total.item() == pytest.approx(2 * 2.0 + 0.5 * math.log1p(math.exp(-1)))
-    with pytest.raises(UserError, match="unknown rank loss 'cosine'; choose one of logistic, hinge"):
-        pairwise_rank_loss(pred, target, group, "cosine")
+    with pytest.raises(UserError, match="unknown rank loss 'cosine'; choose one of logistic, "
+                                        "hinge, listmle, lambdarank"):
+        rank_loss(pred, target, group, "cosine")
+    total, parts = cost_model_loss(pred, target, group, rank_kind="listmle")
+    assert parts["rank"].item() == pytest.approx(math.log1p(math.exp(-1)))
+
+
+def test_listmle_by_hand():
+    group = torch.tensor([0, 0])
+    # on a pair ListMLE is RankNet's logistic loss
+    for pred in ([0.0, 1.0], [1.0, 0.0], [0.3, -2.0]):
+        pred = torch.tensor(pred)
+        assert rank_loss(pred, torch.tensor([1.0, 2.0]), group, "listmle").item() == \
+            pytest.approx(rank_loss(pred, torch.tensor([1.0, 2.0]), group, "logistic").item())
+    # three programs, true order 0, 1, 2 (fastest first); Plackett-Luce scores are -pred
+    pred = torch.tensor([0.0, 2.0, 1.0])
+    s = [0.0, -2.0, -1.0]
+    nll = (math.log(sum(math.exp(v) for v in s)) - s[0]) \
+        + (math.log(math.exp(s[1]) + math.exp(s[2])) - s[1])
+    assert rank_loss(pred, torch.tensor([1.0, 2.0, 3.0]), torch.zeros(3, dtype=torch.long),
+                     "listmle").item() == pytest.approx(nll / 2)
+
+
+def test_lambdarank_by_hand():
+    target, group = torch.tensor([1.0, 2.0, 3.0]), torch.zeros(3, dtype=torch.long)
+    pred = torch.tensor([0.0, 2.0, 1.0])  # predicted order 0, 2, 1
+    # relevance (= gain) by true rank: 2, 1, 0; discounts by predicted position: 1, 1/log2(4),
+    # 1/log2(3); ideal DCG: 2 + 1/log2(3)
+    disc = [1.0, 0.5, 1 / math.log2(3)]
+    ideal = 2 + 1 / math.log2(3)
+    want = {(0, 1): 1 * abs(disc[0] - disc[1]) / ideal, (0, 2): 2 * abs(disc[0] - disc[2]) / ideal,
+            (1, 2): 1 * abs(disc[1] - disc[2]) / ideal}
+    got = delta_ndcg(pred, target, group)
+    for (i, j), w in want.items():
+        assert got[i, j].item() == pytest.approx(w) and got[j, i].item() == pytest.approx(w)
+    logistic = {(i, j): math.log1p(math.exp(-(pred[j] - pred[i]).item())) for i, j in want}
+    expected = sum(want[p] * logistic[p] for p in want) / sum(want.values())
+    assert rank_loss(pred, target, group, "lambdarank").item() == pytest.approx(expected)
+    # pairs of different workloads get no weight
+    assert delta_ndcg(pred, target, torch.tensor([0, 1, 1]))[0].abs().sum() == 0
+
+
+def test_lambdarank_weighs_a_wrong_top_more_than_a_wrong_bottom():
+    """The same misordered pair costs RankNet the same anywhere; LambdaRank cares at the top."""
+    target, group = torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.zeros(4, dtype=torch.long)
+    top_swapped = torch.tensor([1.0, 0.0, 2.0, 3.0])
+    bottom_swapped = torch.tensor([0.0, 1.0, 3.0, 2.0])
+    assert rank_loss(top_swapped, target, group, "logistic").item() == \
+        pytest.approx(rank_loss(bottom_swapped, target, group, "logistic").item())
+    assert rank_loss(top_swapped, target, group, "lambdarank") > \
+        rank_loss(bottom_swapped, target, group, "lambdarank") * 1.2
+
+
+@pytest.mark.parametrize("kind", ["logistic", "hinge", "listmle", "lambdarank"])
+def test_every_rank_loss_ranks_within_workloads_only(kind):
+    assert kind in RANK_LOSSES.names()
+    target = torch.tensor([1.0, 2.0, 3.0, 5.0, 4.0, 6.0])
+    group = torch.tensor([0, 0, 0, 1, 1, 1])
+    right = torch.tensor([-1.0, 0.0, 1.0, -1.0, -2.0, 0.0])  # each workload in true order
+    wrong = -right
+    assert rank_loss(right, target, group, kind) < rank_loss(wrong, target, group, kind)
+    # shifting one workload's predictions changes nothing: workloads are never compared
+    shifted = right + torch.tensor([0.0, 0.0, 0.0, 7.0, 7.0, 7.0])
+    assert rank_loss(shifted, target, group, kind).item() == \
+        pytest.approx(rank_loss(right, target, group, kind).item())
+    pred = wrong.clone().requires_grad_(True)
+    rank_loss(pred, target, group, kind).backward()
+    assert torch.isfinite(pred.grad).all() and pred.grad.abs().sum() > 0
+    # no two records of one workload: no ranking, a zero loss that still back-propagates
+    lone = torch.tensor([5.0, 0.0], requires_grad=True)
+    loss = rank_loss(lone, torch.tensor([1.0, 2.0]), torch.tensor([0, 1]), kind)
+    assert loss.item() == 0.0
+    loss.backward()
 
 
 @pytest.mark.parametrize("per_flop", [False, True])
 def test_normalization_round_trips_latency(per_flop):
-    import numpy as np
-
     from costmodel.featurize import NUM_NODE_FEATURES, NUM_PROGRAM_FEATURES, ProgramGraph
     from costmodel.normalization import Normalization
 
@@ -87,11 +159,50 @@ def test_normalization_round_trips_latency(per_flop):
     graphs, latencies = [graph(10.0), graph(20.0), graph(12.0)], [1e-4, 2e-1, 3e-4]
     norm = Normalization.fit(graphs, latencies, per_flop=per_flop)
     again = Normalization.from_dict(norm.to_dict())
-    assert again.per_flop == per_flop
-    for g, lat in zip(graphs, latencies):
-        data = again.data(g, lat)
+    assert again.per_flop == per_flop and again.predicts_latency
+    for g, lat, y in zip(graphs, latencies, again.targets(graphs, latencies, [0, 1, 2])):
+        data = again.data(g, y=y)
         assert math.isclose(float(again.latency(data.y, data.offset)[0]), lat, rel_tol=1e-5)
     # per FLOP, the targets leave out the programs' log FLOPs
     offsets = [norm.offset(g) for g in graphs]
     assert offsets == ([0.0] * 3 if not per_flop else [10 * math.log(2), 20 * math.log(2),
                                                         12 * math.log(2)])
+
+
+def _graphs(n):
+    from costmodel.featurize import NUM_NODE_FEATURES, NUM_PROGRAM_FEATURES, ProgramGraph
+
+    return [ProgramGraph(node_kind=np.zeros(2, np.int64),
+                         x=np.full((2, NUM_NODE_FEATURES), float(i), np.float32),
+                         edge_index=np.array([[0], [1]]), edge_type=np.zeros(1, np.int64),
+                         program=np.zeros(NUM_PROGRAM_FEATURES, np.float32)) for i in range(n)]
+
+
+def test_per_workload_normalization_standardises_each_workload():
+    from costmodel.normalization import Normalization
+
+    # workload a around 1 ms, b around 1 s: per workload the targets ignore that gap
+    workloads = ["a", "a", "a", "b", "b", "b", "b"]
+    latencies = [1e-3, 2e-3, 4e-3, 1.0, 3.0, 2.0, 0.5]
+    graphs = _graphs(len(latencies))
+    norm = Normalization.fit(graphs, latencies, workloads=workloads)
+    assert norm.per_workload and not norm.predicts_latency and norm.y_mean == 0.0
+    y = norm.targets(graphs, latencies, workloads)
+    for w in "ab":
+        part = y[np.array(workloads) == w]
+        assert abs(part.mean()) < 1e-9 and part.std() == pytest.approx(1.0, abs=1e-5)
+    np.testing.assert_allclose(y[:3], [-np.sqrt(1.5), 0.0, np.sqrt(1.5)], atol=1e-5)  # by hand
+    # y_std is the pooled within-workload spread of log-latency
+    log = np.log(latencies)
+    res = np.concatenate([log[:3] - log[:3].mean(), log[3:] - log[3:].mean()])
+    assert norm.y_std == pytest.approx(np.sqrt(np.mean(res ** 2)), rel=1e-5)
+    # predictions map back to scores in the same order as the latencies of each workload
+    scores = norm.log_latency(torch.tensor(y, dtype=torch.float32), torch.zeros(len(y)))
+    for w in "ab":
+        mask = np.array(workloads) == w
+        assert (np.argsort(scores[mask]) == np.argsort(np.array(latencies)[mask])).all()
+    # the checkpoint's dict carries it; a dict from before it existed means latency
+    again = Normalization.from_dict(norm.to_dict())
+    assert again.per_workload and not again.predicts_latency
+    old = {k: v for k, v in norm.to_dict().items() if k != "per_workload"}
+    assert Normalization.from_dict(old).predicts_latency

@@ -41,3 +41,29 @@ def test_saved_xgb_loads_without_pickle_and_predicts_the_same(tiny_dataset, tmp_
                                predict_xgb(model, frame, target))
     assert load_xgb(path, "fitted on something else") is None
     assert load_xgb(str(tmp_path / "missing.npz")) is None
+
+
+def test_lightgbm_fits_and_ranks_its_training_data(tiny_dataset):
+    from training.baselines import BASELINES, fit_lightgbm, per_store_features, predict_lightgbm
+
+    frame = read_records(tiny_dataset)
+    frame = frame[frame.status == "ok"]
+    target = make_target(None)
+    features = per_store_features(frame, target)
+    assert len(features) == len(frame) and all(f.shape[1] == features[0].shape[1]
+                                               for f in features if len(f))
+    model = fit_lightgbm(frame, target, seed=0, features=features)
+    assert model.current_iteration() == 2000  # TenSet's rounds
+    scores = predict_lightgbm(model, frame, target)
+    assert scores.index.equals(frame.index) and np.isfinite(scores).all()
+    # it regresses normalised throughput (1 for each workload's fastest, higher is faster)
+    assert 0 < scores.max() < 2
+    assert kendall_tau(frame.workload_key, frame.latency_median, -scores) > 0.2
+    np.testing.assert_array_equal(predict_lightgbm(model, frame, target, features), scores)
+    again = predict_lightgbm(fit_lightgbm(frame, target, seed=0, features=features), frame,
+                             target, features)
+    np.testing.assert_allclose(again, scores)  # seeded
+    assert BASELINES.names() == ("xgb", "lightgbm")
+    runs = BASELINES.get("lightgbm")(frame, frame.head(5), target, [0, 1])
+    assert len(runs) == 2 and all(r.shape == (5,) for r in runs)
+    np.testing.assert_allclose(runs[0], scores.head(5))

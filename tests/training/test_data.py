@@ -1,6 +1,8 @@
 """Splits hold out whole workloads: the sides never share one, and each split holds out what
-it names."""
+it names. Also what data training refuses (several targets, contradictory options) and the
+per-network rows of the evaluation report."""
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -76,3 +78,65 @@ def test_evaluation_sides_follow_what_is_asked():
     split, sides = choose_sides(meta, data, None, 0.2, None, ["vit"], 0)
     assert split == "network" and all(k in {"dense/w2", "conv2d/w2", "conv2d/w5", "softmax/w2"}
                                       for k in sides["test"])
+
+
+def test_records_of_several_targets_are_refused():
+    from training.data import check_one_target
+
+    llvm = '{"kind": "llvm", "mcpu": "znver4"}'
+    data = pd.DataFrame({"target": [llvm] * 3})
+    check_one_target(data, "data/x")  # one target: fine
+    data = pd.DataFrame({"target": [llvm, llvm, '{"kind": "llvm", "mcpu": "skylake"}',
+                                    '{"kind": "cuda", "arch": "sm_90a"}']})
+    with pytest.raises(UserError) as info:
+        check_one_target(data, "data/x")
+    assert str(info.value) == ("data/x mixes 3 targets (cuda -arch=sm_90a, llvm -mcpu=skylake, "
+                               "llvm -mcpu=znver4); train on one target: collect each into its "
+                               "own folder")
+
+
+def test_per_flop_and_per_workload_normalisation_exclude_each_other():
+    from training.data import ScheduleDataModule
+
+    assert not ScheduleDataModule().hparams.normalize_per_workload  # off by default
+    with pytest.raises(UserError, match="per_flop and normalize_per_workload exclude each other"):
+        ScheduleDataModule(per_flop=True, normalize_per_workload=True)
+
+
+def scored_frame() -> pd.DataFrame:
+    """Two workloads; one of them occurs in two networks."""
+    return pd.DataFrame({
+        "workload_key": ["dense/a"] * 3 + ["conv2d/b"] * 3,
+        "family": ["dense"] * 3 + ["conv2d"] * 3,
+        "network": ["bert,resnet50"] * 3 + ["resnet50"] * 3,
+        "latency_median": [1.0, 2.0, 4.0, 10.0, 20.0, 40.0],
+        "workload_weight": [1] * 6})
+
+
+def test_per_network_rows_count_a_record_for_each_network_it_lists():
+    from training.evaluate import GRAPHSAGE, _markdown, _metrics
+    from training.metrics import all_metrics
+
+    data = scored_frame()
+    pred = np.array([1.0, 2.0, 4.0, 40.0, 20.0, 10.0])  # dense/a right, conv2d/b backwards
+    got = _metrics(data, pred, latency=True)
+    assert set(got["per_network"]) == {"bert", "resnet50"}
+    assert got["per_network"]["bert"] == got["per_family"]["dense"]  # only dense/a is in bert
+    assert got["per_network"]["bert"]["kendall_tau"] == pytest.approx(1.0)
+    assert got["per_network"]["resnet50"] == got["overall"]  # both workloads are in resnet50
+    assert got["overall"] == all_metrics(data.workload_key, data.latency_median, pred,
+                                         data.workload_weight)
+    relative = _metrics(data, pred, latency=False)
+    assert relative["overall"]["mape"] is None and relative["per_network"]["bert"]["mape"] is None
+    assert relative["overall"]["ape"] == got["overall"]["ape"]  # ranking metrics stay
+    run = {"overall": got["overall"], "per_family": got["per_family"],
+           "per_network": got["per_network"]}
+    report = {"split": "shapes", "dataset": "d", "test_workloads": 2, "test_families": ["dense"],
+              "test_records": 6, "train_workloads": 3, "plots": [], "models": {
+                  GRAPHSAGE: {"runs": 1, "predicts_latency": False, "mean": relative["overall"],
+                              "std": relative["overall"], "per_run": [relative]},
+                  "lightgbm": {"runs": 1, "mean": relative["overall"],
+                               "std": relative["overall"], "per_run": [run]}}}
+    text = _markdown(report)
+    assert "## Per network" in text and "| bert |" in text and "| resnet50 |" in text
+    assert "### lightgbm" in text and "predicts a score relative to each workload" in text

@@ -2,6 +2,7 @@
 
 import glob
 import json
+import os
 
 import numpy as np
 import pytest
@@ -79,14 +80,28 @@ def test_evaluate_writes_report_and_plots(checkpoint, tiny_dataset, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     assert report["split"] == "family" and report["test_families"] == ["softmax"]
-    for name in ("graphsage", "xgb"):
+    assert report["test_networks"] == ["tiny"]
+    assert list(report["models"]) == ["graphsage", "xgb", "lightgbm"]
+    for name in ("graphsage", "xgb", "lightgbm"):
         metrics = report["models"][name]["mean"]
         assert set(metrics) == {"ape", "mape", "kendall_tau", "opa", "top1_score",
                                 "top5_score", "apeak32"}
-    assert report["models"]["xgb"]["mean"]["mape"] is None
-    assert "softmax" in report["models"]["graphsage"]["per_run"][0]["per_family"]
-    assert (out / "report.md").read_text().startswith("# Cost-model evaluation")
+        run = report["models"][name]["per_run"][0]
+        assert "softmax" in run["per_family"] and "tiny" in run["per_network"]
+        # every record is in "tiny" (NaN, a tree's constant guess on tiny data, is not NaN)
+        assert json.dumps(run["per_network"]["tiny"]) == json.dumps(run["overall"])
+    assert report["models"]["graphsage"]["predicts_latency"]
+    assert report["models"]["graphsage"]["mean"]["mape"] is not None
+    for name in ("xgb", "lightgbm"):
+        assert report["models"][name]["mean"]["mape"] is None
+        assert not report["models"][name]["predicts_latency"]
+    text = (out / "report.md").read_text()
+    assert text.startswith("# Cost-model evaluation")
+    assert "| lightgbm (1 run(s)) |" in text and "### lightgbm" in text
+    assert "## Per network" in text and "| tiny |" in text
     assert (out / "predicted_vs_measured.png").stat().st_size > 1000
+    assert (out / "kendall_tau_per_workload.png").stat().st_size > 1000
+    assert "lightgbm:" in proc.stdout
 
 
 @pytest.mark.parametrize("args, message", [
@@ -117,6 +132,95 @@ def test_evaluate_an_ensemble(checkpoint, tiny_dataset, tmp_path):
             "--out", str(out), "--no-baseline", prog="costmodel", check=True)
     model = json.loads((out / "report.json").read_text())["models"]["graphsage"]
     assert model["ensemble"] and model["runs"] == 1
+
+
+@pytest.mark.parametrize("rank_loss", ["listmle", "lambdarank"])
+def test_listwise_rank_losses_train_through_the_cli(tiny_dataset, tmp_path, rank_loss):
+    proc = train("--data.dataset", tiny_dataset, "--trainer.fast_dev_run", "true",
+                 "--model.rank_loss", rank_loss, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "max_steps=1" in proc.stderr + proc.stdout
+
+
+def test_per_workload_normalisation_trains_a_relative_model(tiny_dataset, tmp_path):
+    """Per-workload labels: the checkpoint records it (with the statistics of the training
+    workloads), the predictor's scores order programs as the network's outputs do, but they
+    are no latency, so the report has no MAPE for it."""
+    import torch
+    from torch_geometric.data import Batch
+
+    from costmodel import checkpoint as checkpoint_file
+    from costmodel.predictor import CostModelPredictor
+    from datagen.records import read_records
+    from training.metrics import kendall_tau
+
+    proc = train("--data.dataset", tiny_dataset, "--trainer.max_epochs", "4",
+                 "--data.normalize_per_workload", "true", "--model.rank_loss", "lambdarank",
+                 cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (path,) = glob.glob(str(tmp_path / "checkpoints" / "*.ckpt"))
+    assert checkpoint_file.read(path)["costmodel"]["normalization"]["per_workload"] is True
+    predictor = CostModelPredictor.load(path)
+    assert not predictor.predicts_latency
+    frame = read_records(tiny_dataset)
+    frame = frame[frame.status == "ok"]
+    train_side = frame[frame.workload_key.isin(predictor.meta["sides"]["train"])]
+    # targets were standardised per training workload: y_std is their pooled spread
+    log = np.log(train_side.latency_median.to_numpy())
+    residual = log - train_side.assign(log=log).groupby("workload_key").log.transform("mean")
+    norm = predictor.members[0].normalization
+    assert norm.y_mean == 0.0
+    assert norm.y_std == pytest.approx(np.sqrt(np.mean(residual ** 2)), rel=1e-4)
+    # the scores rank as the network's outputs do (exactly: a monotone map of them)
+    scores = predictor.predict_records(train_side)
+    assert np.isfinite(scores).all() and np.ptp(scores) > 0
+    member = predictor.members[0]
+    graphs = [predictor.featurizer.featurize_record(r.workload_ir, r.trace, r.trace_hash)
+              for r in train_side.itertuples()]
+    batch = Batch.from_data_list([norm.data(g) for g in graphs])
+    with torch.no_grad():
+        raw = member.model(batch.node_kind, batch.x, batch.edge_index, batch.edge_type,
+                           batch.batch, batch.program).numpy()
+    assert kendall_tau(train_side.workload_key, np.exp(raw), scores) == pytest.approx(1.0)
+    out = tmp_path / "eval"
+    run_cli("evaluate", path, "--dataset", tiny_dataset, "--out", str(out), "--baselines",
+            "lightgbm", prog="costmodel", check=True)
+    report = json.loads((out / "report.json").read_text())
+    assert list(report["models"]) == ["graphsage", "lightgbm"]
+    model = report["models"]["graphsage"]
+    assert not model["predicts_latency"] and model["mean"]["mape"] is None
+    assert model["mean"]["kendall_tau"] is not None and model["mean"]["ape"] is not None
+    assert model["per_run"][0]["per_network"]["tiny"]["mape"] is None
+    assert "predicts a score relative to each workload" in (out / "report.md").read_text()
+
+
+def mixed_target_copy(dataset: str, folder) -> str:
+    """A copy of `dataset` whose first shard claims another CPU: two targets in one folder."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from datagen.records import shard_paths
+
+    folder.mkdir()
+    for i, path in enumerate(shard_paths(dataset)):
+        table = pq.read_table(path)
+        if i == 0:
+            other = json.dumps({**json.loads(table["target"][0].as_py()), "mcpu": "test-cpu"})
+            column = table.schema.get_field_index("target")
+            table = table.set_column(column, table.schema.field(column),
+                                     pa.array([other] * len(table), pa.string()))
+        pq.write_table(table, folder / os.path.basename(path))
+    return str(folder)
+
+
+def test_a_dataset_of_two_targets_is_refused(tiny_dataset, checkpoint, tmp_path):
+    mixed = mixed_target_copy(tiny_dataset, tmp_path / "mixed")
+    proc = train("--data.dataset", mixed, "--trainer.fast_dev_run", "true", cwd=tmp_path)
+    assert_clean_error(proc, f"{mixed} mixes 2 targets (", prog="train")
+    assert "train on one target: collect each into its own folder" in proc.stderr
+    proc = run_cli("evaluate", checkpoint, "--dataset", mixed, "--out", str(tmp_path / "e"),
+                   prog="costmodel")
+    assert_clean_error(proc, f"{mixed} mixes 2 targets (", prog="costmodel")
 
 
 def test_unknown_rank_loss_is_one_line(tiny_dataset, tmp_path):
