@@ -118,6 +118,8 @@ def _markdown(report: dict) -> str:
         lines += ["", f"{GRAPHSAGE} was trained with per-workload normalisation: it predicts a "
                   "score relative to each workload, not a latency, so it has no MAPE."]
     for part, title in (("per_family", "family"), ("per_network", "network")):
+        if not any(report["models"][name]["per_run"][0].get(part) for name in names):
+            continue  # e.g. records that name no network
         lines += ([""] if lines[-1] else []) + [f"## Per {title} (first run of each model)", ""]
         if part == "per_network":
             lines += ["A record counts for every network it occurs in.", ""]

@@ -140,3 +140,9 @@ def test_per_network_rows_count_a_record_for_each_network_it_lists():
     text = _markdown(report)
     assert "## Per network" in text and "| bert |" in text and "| resnet50 |" in text
     assert "### lightgbm" in text and "predicts a score relative to each workload" in text
+    # records that name no network: no per-network rows, and no empty section
+    unnamed = _metrics(data.assign(network=None), pred, latency=True)
+    assert unnamed["per_network"] == {}
+    for model in report["models"].values():
+        model["per_run"] = [unnamed]
+    assert "## Per network" not in _markdown(report) and "## Per family" in _markdown(report)
