@@ -535,7 +535,8 @@ class Featurizer:
     Args:
         target: a `tvm.target.Target`, or anything `datagen.tvm_env.make_target` accepts
             (None: this host's CPU).
-        cache_dir: if given, graphs are also kept as `cache_dir/FEATURIZER_VERSION/<key>.npz`.
+        cache_dir: if given, graphs are also kept as `cache_dir/FEATURIZER_VERSION/KIND/<key>.npz`
+            (KIND: the target's kind, since one schedule lowers differently for a CPU and a GPU).
         memory_cache_size: graphs kept in memory (the least recently used go first).
     """
 
@@ -546,7 +547,8 @@ class Featurizer:
         from datagen.tvm_env import make_target
 
         self.target = target if isinstance(target, tvm.target.Target) else make_target(target)
-        self.cache_dir = Path(cache_dir) / FEATURIZER_VERSION if cache_dir else None
+        self.cache_dir = Path(cache_dir) / FEATURIZER_VERSION / self.target.kind.name \
+            if cache_dir else None
         self.memory_cache_size = memory_cache_size
         self._memory: OrderedDict[str, ProgramGraph] = OrderedDict()
         self._workloads: dict[str, object] = {}  # workload_ir digest -> IRModule

@@ -85,8 +85,9 @@ def fit_xgb(frame: pd.DataFrame, target, seed: int = 0, progress: bool = False):
     contexts = tqdm(_contexts(frame, target), total=last + 1, unit="workload",
                     desc="XGBModel features", disable=not progress)
     for i, (_, context, candidates, index) in enumerate(contexts):
-        results = [RunnerResult([float(x) for x in lat], None)
-                   for lat in frame.loc[index, "latencies"]]
+        # the record's label (the median of its steadier measurement), as our model learns it
+        results = [RunnerResult([float(lat)], None)
+                   for lat in frame.loc[index, "latency_median"]]
         # retrain only when the data grew by a fifth (as in tuning), and always at the end
         model.adaptive_training = i < last
         model.update(context, candidates, results)
@@ -184,7 +185,7 @@ def fit_lightgbm(frame: pd.DataFrame, target, seed: int = 0, progress: bool = Fa
     """TenSet's LightGBM baseline trained on the successful records of `frame`.
 
     The label of a program is its normalised throughput, min latency of its workload / its
-    latency (latency: the median of its repeats, as XGBModel takes it); the model scores each
+    latency (its record's label, `latency_median`, as our model and XGBModel take it); the model scores each
     store and a program's prediction is the sum over its stores, fitted with squared error
     on that sum. Programs without stores are left out, as XGBModel leaves them out.
 
@@ -197,7 +198,7 @@ def fit_lightgbm(frame: pd.DataFrame, target, seed: int = 0, progress: bool = Fa
     import lightgbm as lgb
 
     frame = frame[frame.status == OK]
-    cost = frame.latencies.map(lambda lat: float(np.median(lat)))
+    cost = frame.latency_median.astype(float)
     throughput = (cost.groupby(frame.workload_key).transform("min") / cost).to_numpy()
     if features is None:
         features = per_store_features(frame, target, progress)

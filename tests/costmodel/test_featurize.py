@@ -129,7 +129,7 @@ def test_memory_and_disk_cache(candidates, target, tmp_path):
     featurizer = Featurizer(target, cache_dir=tmp_path)
     first = featurizer.featurize(cand.mod, cand.trace_hash)
     assert featurizer.featurize(cand.mod, cand.trace_hash) is first
-    path = tmp_path / FEATURIZER_VERSION / f"{cand.trace_hash}.npz"
+    path = tmp_path / FEATURIZER_VERSION / "llvm" / f"{cand.trace_hash}.npz"
     assert path.exists()
     fresh = Featurizer(target, cache_dir=tmp_path).featurize("never lowered", cand.trace_hash)
     np.testing.assert_array_equal(fresh.x, first.x)
@@ -149,14 +149,14 @@ def test_graphs_cached_by_another_featuriser_version_are_not_used(candidates, ta
     old = Featurizer(target, cache_dir=tmp_path).featurize_record(ir, cand.trace_json,
                                                                   cand.trace_hash)
     key = record_key(ir, cand.trace_hash)
-    assert (tmp_path / FEATURIZER_VERSION / f"{key}.npz").exists()
+    assert (tmp_path / FEATURIZER_VERSION / "llvm" / f"{key}.npz").exists()
     monkeypatch.setattr(featurize, "FEATURIZER_VERSION", "tir-graph-next")
     newer = Featurizer(target, cache_dir=tmp_path)
     assert newer._cached(key) is None
     with pytest.raises(FeaturizeError):  # nothing cached for it: it must lower this
         newer.featurize("never lowered", key)
     again = newer.featurize_record(ir, cand.trace_json, cand.trace_hash)
-    assert again is not old and (tmp_path / "tir-graph-next" / f"{key}.npz").exists()
+    assert again is not old and (tmp_path / "tir-graph-next" / "llvm" / f"{key}.npz").exists()
     monkeypatch.setattr(featurize, "FEATURIZER_VERSION", FEATURIZER_VERSION)
     cached = Featurizer(target, cache_dir=tmp_path).featurize("never lowered", key)
     np.testing.assert_array_equal(cached.x, old.x)

@@ -55,7 +55,8 @@ def test_cli_lists_suites_and_workloads(capsys):
     assert main(["workloads"]) == 0
     listing = capsys.readouterr().out
     assert "full\t" in listing and "tiny\t" in listing
+    assert "net-resnet50\t" in listing and "networks-anchored\t" in listing
     assert main(["workloads", "bert-base"]) == 0
-    assert "dense/m128_n768_k768\tbert-base\tweight=48" in capsys.readouterr().out
+    assert "dense/m128_n768_k768\tdense\tbert-base\tweight=48" in capsys.readouterr().out
     assert main(["workloads", "nosuch"]) == 2
     assert "unknown suite 'nosuch'" in capsys.readouterr().err
