@@ -153,7 +153,9 @@ def draw_round(sampler: ScheduleSampler, cfg: CollectConfig, key: str, st: Workl
 def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
     """Collect until every workload has `per_workload` committed candidates.
 
-    Workloads take turns, one round each, so an interrupted run has covered all of them.
+    Breadth first: the next round always goes to the workload with the fewest committed
+    candidates (the earliest listed among equals), so a collection stopped and started any
+    number of times covers every workload before any goes deeper.
     """
     from tqdm import tqdm
 
@@ -183,40 +185,41 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
     summary = CollectSummary()
     bar = tqdm(total=total, initial=done, unit="cand", disable=not progress, file=sys.stderr,
                dynamic_ncols=True, smoothing=0.05)
-    samplers: dict[str, tuple[ScheduleSampler, str]] = {}
+    samplers: dict[str, tuple[ScheduleSampler, str]] = {}  # built on first use, then kept
+    order = {w.key: i for i, w in enumerate(cfg.workloads)}
     pending = [w for w in cfg.workloads
                if states.setdefault(w.key, WorkloadState()).count < cfg.per_workload]
     try:
-        while pending:  # one round of each unfinished workload per pass: even progress
-            for w in list(pending):
-                st = states[w.key]
-                bar.set_description(w.key[:48])
-                if w.key not in samplers:
-                    samplers[w.key] = (ScheduleSampler(w.mod, cfg.target), w.definition())
-                sampler, definition = samplers[w.key]
-                n = min(cfg.batch_size, cfg.per_workload - st.count)
-                cands = draw_round(sampler, cfg, w.key, st, n)
-                if not cands:  # the design space has no unseen schedule left
-                    summary.exhausted.append(w.key)
-                    bar.update(cfg.per_workload - st.count)
-                    pending.remove(w)
-                    continue
-                results = measurer.measure([c.mod for c in cands], cfg.retry_cv)
-                rows = [candidate_row(w, definition, c, res, st.rounds, context)
-                        for c, res in zip(cands, results)]
-                writer.write(rows)
-                st.count += len(rows)
-                st.rounds += 1
-                st.measured += [(r["latency_median"], r["trace"]) for r in rows
-                                if r["status"] == OK]
-                ok = sum(r["status"] == OK for r in rows)
-                summary.committed += len(rows)
-                summary.ok += ok
-                summary.failed += len(rows) - ok
-                bar.set_postfix(ok=summary.ok, failed=summary.failed)
-                bar.update(len(rows))
-                if st.count >= cfg.per_workload:
-                    pending.remove(w)
+        while pending:  # breadth first: always the workload with the fewest candidates
+            w = min(pending, key=lambda p: (states[p.key].count, order[p.key]))
+            st = states[w.key]
+            bar.set_description(w.key[:48])
+            if w.key not in samplers:
+                samplers[w.key] = (ScheduleSampler(w.mod, cfg.target), w.definition())
+            sampler, definition = samplers[w.key]
+            n = min(cfg.batch_size, cfg.per_workload - st.count)
+            cands = draw_round(sampler, cfg, w.key, st, n)
+            if not cands:  # the design space has no unseen schedule left
+                summary.exhausted.append(w.key)
+                bar.update(cfg.per_workload - st.count)
+                pending.remove(w)
+                continue
+            results = measurer.measure([c.mod for c in cands], cfg.retry_cv)
+            rows = [candidate_row(w, definition, c, res, st.rounds, context)
+                    for c, res in zip(cands, results)]
+            writer.write(rows)
+            st.count += len(rows)
+            st.rounds += 1
+            st.measured += [(r["latency_median"], r["trace"]) for r in rows
+                            if r["status"] == OK]
+            ok = sum(r["status"] == OK for r in rows)
+            summary.committed += len(rows)
+            summary.ok += ok
+            summary.failed += len(rows) - ok
+            bar.set_postfix(ok=summary.ok, failed=summary.failed)
+            bar.update(len(rows))
+            if st.count >= cfg.per_workload:
+                pending.remove(w)
     finally:
         bar.close()
         measurer.close()

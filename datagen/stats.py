@@ -9,7 +9,8 @@ from datagen.records import read_records
 from datagen.errors import UserError
 
 COLUMNS = ["workload_key", "family", "status", "origin", "latency_median", "latency_cv",
-           "target_kind", "cpu_model", "num_threads", "protocol", "collected_at"]
+           "retry_latencies", "target_kind", "cpu_model", "device", "num_threads", "protocol",
+           "collected_at"]
 
 
 def summarise(frame: pd.DataFrame, by: str) -> pd.DataFrame:
@@ -36,6 +37,19 @@ def summarise(frame: pd.DataFrame, by: str) -> pd.DataFrame:
     return table
 
 
+def _devices(frame: pd.DataFrame) -> list[str]:
+    """The measuring devices named by the records (schema 2), e.g. "cuda NVIDIA H100 (9.0)"."""
+    import json
+
+    names = set()
+    for text in frame["device"].dropna().unique():
+        if text:
+            d = json.loads(text)
+            names.add(" ".join(str(x) for x in (d.get("kind"), d.get("model")) if x)
+                      + (f" ({d['compute']})" if d.get("compute") else ""))
+    return sorted(names)
+
+
 def format_stats(root: str, by: str = "both") -> str:
     """The summary of the dataset in `root` as text."""
     frame = read_records(root, columns=COLUMNS)
@@ -51,9 +65,12 @@ def format_stats(root: str, by: str = "both") -> str:
         f"workloads {frame['workload_key'].nunique()}, families {frame['family'].nunique()}; "
         f"targets {', '.join(sorted(frame['target_kind'].unique()))}; "
         f"cpu {', '.join(sorted(frame['cpu_model'].unique()))}; "
+        f"devices {', '.join(_devices(frame)) or 'not recorded'}; "
         f"threads {', '.join(str(t) for t in sorted(frame['num_threads'].unique()))}",
         f"protocol {', '.join(sorted(frame['protocol'].unique()))}; "
-        f"noisy (cv > 5%): {int((frame['latency_cv'] > 0.05).sum())}; collected over {span}",
+        f"noisy (cv > 5%): {int((frame['latency_cv'] > 0.05).sum())}; measured twice (spread "
+        f"over the threshold the first time): {int(frame['retry_latencies'].map(len).gt(0).sum())}"
+        f"; collected over {span}",
     ]
     with pd.option_context("display.width", 200, "display.max_rows", 1000,
                            "display.float_format", "{:.1f}".format):
