@@ -150,6 +150,13 @@ def draw_round(sampler: ScheduleSampler, cfg: CollectConfig, key: str, st: Workl
     return cands
 
 
+def next_workload(pending: list[Workload], states: dict[str, WorkloadState],
+                  order: dict[str, int]) -> Workload:
+    """Breadth first: the pending workload with the fewest committed candidates, the earliest
+    in `order` among equals."""
+    return min(pending, key=lambda w: (states[w.key].count, order[w.key]))
+
+
 def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
     """Collect until every workload has `per_workload` committed candidates.
 
@@ -191,7 +198,7 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
                if states.setdefault(w.key, WorkloadState()).count < cfg.per_workload]
     try:
         while pending:  # breadth first: always the workload with the fewest candidates
-            w = min(pending, key=lambda p: (states[p.key].count, order[p.key]))
+            w = next_workload(pending, states, order)
             st = states[w.key]
             bar.set_description(w.key[:48])
             if w.key not in samplers:

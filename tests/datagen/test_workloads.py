@@ -60,3 +60,19 @@ def test_cli_lists_suites_and_workloads(capsys):
     assert "dense/m128_n768_k768\tdense\tbert-base\tweight=48" in capsys.readouterr().out
     assert main(["workloads", "nosuch"]) == 2
     assert "unknown suite 'nosuch'" in capsys.readouterr().err
+
+
+def test_collection_goes_breadth_first_whatever_was_collected_before():
+    """A restarted collection continues with the least-collected workload, not the first."""
+    from datagen.collect import WorkloadState, next_workload
+    from datagen.workloads import get_suite
+
+    a, b, c = get_suite("tiny")
+    order = {w.key: i for i, w in enumerate((a, b, c))}
+    states = {a.key: WorkloadState(count=32), b.key: WorkloadState(count=16),
+              c.key: WorkloadState(count=16)}
+    assert next_workload([a, b, c], states, order) is b
+    states[b.key].count = 32
+    assert next_workload([a, b, c], states, order) is c
+    states[c.key].count = 32
+    assert next_workload([a, b, c], states, order) is a
