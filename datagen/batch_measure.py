@@ -82,11 +82,26 @@ def _spread(latencies: list[float]) -> float:
 
 
 def device_description(dev, kind: str) -> dict:
-    """The device as records name it: model, compute capability, driver and API versions."""
+    """The device as records name it: model, compute capability, the CUDA driver and runtime
+    API versions as the TVM runtime reports them, and for NVIDIA GPUs the kernel driver's."""
     if kind == "cpu":
         return {"kind": "cpu", "model": _host_cpu()}
-    return {"kind": kind, "model": dev.device_name, "compute": dev.compute_version,
-            "driver": dev.driver_version, "api": dev.api_version}
+    out = {"kind": kind, "model": dev.device_name, "compute": dev.compute_version,
+           "driver": dev.driver_version, "api": dev.api_version}
+    if kind == "cuda":
+        out["nvidia_driver"] = nvidia_driver_version()
+    return out
+
+
+def nvidia_driver_version() -> str:
+    """The NVIDIA kernel driver's version (e.g. "580.82.07"), "" where it cannot be read.
+    The runtime's `driver_version` is the CUDA driver API version, not this."""
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8") as handle:
+            words = handle.readline().split()
+    except OSError:
+        return ""
+    return next((w for w in words if w[:1].isdigit() and "." in w), "")
 
 
 def _host_cpu() -> str:

@@ -121,8 +121,9 @@ def local_device(target_kind: str) -> dict:
     dev = tvm.device(target_kind, 0)
     if not dev.exist:
         return {"kind": target_kind, "present": False}
-    return {"kind": target_kind, "model": dev.device_name, "compute": dev.compute_version,
-            "driver": dev.driver_version, "api": dev.api_version}
+    from datagen.batch_measure import device_description
+
+    return device_description(dev, target_kind)
 
 
 def _use_threads(num_threads: int) -> None:
