@@ -2,6 +2,7 @@
 
     predictor = CostModelPredictor.load("checkpoints/graphsage.ckpt")
     ensemble = CostModelPredictor.load(["seed0.ckpt", "seed1.ckpt", "seed2.ckpt"])
+    on_gpu = CostModelPredictor.load("checkpoints/graphsage.ckpt", device="cuda")
     seconds = predictor.predict([sch1, sch2, ...])          # Schedules or scheduled IRModules
     seconds = predictor.predict_records(frame)              # rows of a datagen dataset
 """
@@ -18,6 +19,32 @@ from costmodel import checkpoint, featurize
 from datagen.errors import UserError
 
 PREDICT_BATCH = 128  # graphs per forward pass; smaller batches overlap more with lowering
+
+
+def torch_device(name: str | None) -> torch.device:
+    """The torch device called `name` ("cpu" if None), checked to be usable here.
+
+    Raises:
+        UserError: an unknown device name, or a CUDA device where torch has no CUDA (a CPU
+            build, or no GPU) or fewer GPUs than the index asks for.
+    """
+    try:
+        device = torch.device(name or "cpu")
+    except RuntimeError:
+        raise UserError(f"unknown torch device {name!r}; use cpu or cuda (cuda:N for GPU N)") \
+            from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+            raise UserError(f"device {name!r} asked for, but torch {torch.__version__} ({build}) "
+                            "sees no CUDA GPU; run on cpu, or install a CUDA build of torch on "
+                            "a machine with a GPU")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise UserError(f"device {name!r} asked for, but torch sees "
+                            f"{torch.cuda.device_count()} CUDA GPU(s)")
+    elif device.type != "cpu":
+        raise UserError(f"device {name!r} is not supported; use cpu or cuda (cuda:N for GPU N)")
+    return device
 
 
 class CostModelPredictor:
@@ -77,16 +104,26 @@ class CostModelPredictor:
 
     @classmethod
     def load(cls, paths: str | list[str], cache_dir: str | None = None,
-             target_kind: str | None = None) -> "CostModelPredictor":
-        """Load one checkpoint, or several as an ensemble (`costmodel.checkpoint.load` each).
+             target_kind: str | None = None, device: str | None = None) -> "CostModelPredictor":
+        """Load one checkpoint, or several as an ensemble (`costmodel.checkpoint.load` each),
+        with the networks on the torch `device` ("cpu" if None; "cuda", "cuda:1", ...).
 
         Raises:
             UserError: a checkpoint that is missing, unsafe, of another format, featuriser,
                 architecture or (when `target_kind` is given) target kind; members that
-                disagree on the target.
+                disagree on the target; a device this torch cannot use.
         """
+        where = torch_device(device)
         paths = [paths] if isinstance(paths, str) else list(paths)
-        return cls([checkpoint.load(p, target_kind) for p in paths], cache_dir)
+        members = [checkpoint.load(p, target_kind) for p in paths]
+        for m in members:
+            m.model.to(where)
+        return cls(members, cache_dir)
+
+    @property
+    def device(self) -> torch.device:
+        """The device the (first) network runs on."""
+        return next(self.members[0].model.parameters()).device
 
     def save(self, path: str) -> None:
         """Write the (single) model as a checkpoint that `load` reads back."""

@@ -47,6 +47,7 @@ def _setup(args):
     """Target, measurer and what the tuners search with (the predictor and the pretrained
     XGBModel, when the chosen tuners need them) from the common options."""
     from costmodel import checkpoints
+    from costmodel.predictor import torch_device
     from datagen.measure import Measurer, Tracker
     from datagen.tvm_env import make_target
     from tuning.pretrained_xgb import pretrained_xgb_file
@@ -57,13 +58,14 @@ def _setup(args):
     if args.trials_per_iter < 1 or args.trials_per_iter > args.trials:
         raise UserError(f"--trials-per-iter must be between 1 and --trials ({args.trials}), "
                         f"not {args.trials_per_iter}: a budget below one round measures nothing")
+    torch_device(args.device)  # a device this torch cannot use fails before any work
     target = make_target(args.target, args.threads)
     tracker = Tracker.parse(args.tracker, args.key) if args.tracker else None
     tuners = [TUNERS.get(t) for t in (getattr(args, "tuners", None) or [args.tuner])]
     paths = args.checkpoint or [checkpoints.path()]
     predictor = pretrained = None
     if any(t.needs_checkpoint or t.needs_pretrained_xgb for t in tuners):
-        predictor = load_predictor(paths, target_kind=target.kind.name)
+        predictor = load_predictor(paths, target_kind=target.kind.name, device=args.device)
     if any(t.needs_pretrained_xgb for t in tuners):
         pretrained = pretrained_xgb_file(paths[0], predictor.meta,
                                          os.path.join(args.out, "cache"), args.dataset,
@@ -195,6 +197,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tracker", help="RPC tracker host:port, to measure on a remote device")
     p.add_argument("--key", help="device key registered with the tracker")
     p.add_argument("--threads", type=int, help="runtime threads (default: all cores)")
+    p.add_argument("--device", default="cpu", help="torch device the cost model runs and "
+                   "adapts on: cpu, or cuda (a CUDA build of torch); not where kernels run")
     p.add_argument("--trials-per-iter", type=int, default=8,
                    help="candidates measured per round (the BO's top-k)")
     p.add_argument("--dataset", help="the records the checkpoint was trained on, for the "

@@ -31,19 +31,23 @@ class LearnedCostModel(PyCostModel):
             `CostModelPredictor` (copied, so adapting never changes the caller's).
         adapt_steps: fine-tuning steps per `update` (0: never adapt).
         adapt_lr: fine-tuning learning rate.
+        device: the torch device a checkpoint's networks run and adapt on ("cpu" if None,
+            "cuda"); a loaded predictor stays on its own.
     """
 
     def __init__(self, checkpoint, adapt_steps: int = ADAPT_STEPS,
-                 adapt_lr: float = ADAPT_LR):
+                 adapt_lr: float = ADAPT_LR, device: str | None = None):
         super().__init__()
         self.predictor = copy.deepcopy(checkpoint) \
-            if isinstance(checkpoint, CostModelPredictor) else CostModelPredictor.load(checkpoint)
+            if isinstance(checkpoint, CostModelPredictor) \
+            else CostModelPredictor.load(checkpoint, device=device)
         self.adapt_steps, self.adapt_lr = adapt_steps, adapt_lr
         self.measured: list[tuple] = []  # (graph, seconds, workload id)
         self.workloads: dict[str, int] = {}
 
     def load(self, path: str) -> None:
-        self.predictor = CostModelPredictor.load(path)
+        """Replace the model with the checkpoint at `path`, on the device of the current one."""
+        self.predictor = CostModelPredictor.load(path, device=str(self.predictor.device))
 
     def save(self, path: str) -> None:
         self.predictor.save(path)

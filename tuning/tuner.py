@@ -40,16 +40,20 @@ RECORDS_FILE = "database_tuning_record.json"
 WORKLOADS_FILE = "database_workload.json"
 
 
-def load_predictor(checkpoints: str | list[str] | None, target_kind: str | None = None):
-    """The shipped checkpoint unless others are given (several: a seed ensemble).
+def load_predictor(checkpoints: str | list[str] | None, target_kind: str | None = None,
+                   device: str | None = None):
+    """The shipped checkpoint unless others are given (several: a seed ensemble), its
+    networks on the torch `device` ("cpu" if None).
 
     Raises:
-        UserError: see `CostModelPredictor.load`; a checkpoint for another target kind.
+        UserError: see `CostModelPredictor.load`; a checkpoint for another target kind, a
+            device this torch cannot use.
     """
     from costmodel import checkpoints as shipped
     from costmodel.predictor import CostModelPredictor
 
-    return CostModelPredictor.load(checkpoints or shipped.path(), target_kind=target_kind)
+    return CostModelPredictor.load(checkpoints or shipped.path(), target_kind=target_kind,
+                                   device=device)
 
 
 @dataclasses.dataclass(frozen=True)

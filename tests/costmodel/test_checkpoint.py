@@ -220,3 +220,29 @@ def test_a_per_workload_checkpoint_says_it_predicts_no_latency(tmp_path, graphs,
     loss = predictor.adapt(graphs, np.linspace(1e-4, 9e-4, len(graphs)),
                            [i % 2 for i in range(len(graphs))], steps=3, lr=1e-2)
     assert np.isfinite(loss) and not np.allclose(before, predictor.predict_graphs(graphs))
+
+
+def test_the_predictor_runs_on_the_device_asked_for(tmp_path, graphs, target):
+    """"cpu" (the default) works; "cuda" needs a CUDA build of torch and a GPU: without one it
+    is one clear error, here and in `tune --device`; with one, the networks are there and
+    predict what they predict on the CPU."""
+    path = write(tmp_path / "a.ckpt", graphs, target)
+    default = CostModelPredictor.load(path)
+    cpu = CostModelPredictor.load(path, device="cpu")
+    assert default.device == cpu.device == torch.device("cpu")
+    np.testing.assert_array_equal(cpu.predict_graphs(graphs), default.predict_graphs(graphs))
+    with pytest.raises(UserError, match="unknown torch device 'gpu0'"):
+        CostModelPredictor.load(path, device="gpu0")
+    if torch.cuda.is_available():
+        gpu = CostModelPredictor.load(path, device="cuda")
+        assert all(p.device.type == "cuda" for p in gpu.members[0].model.parameters())
+        np.testing.assert_allclose(gpu.predict_graphs(graphs), cpu.predict_graphs(graphs),
+                                   rtol=1e-4)
+        return
+    with pytest.raises(UserError, match=r"device 'cuda' asked for, but torch .* sees no CUDA "
+                                        "GPU; run on cpu"):
+        CostModelPredictor.load(path, device="cuda")
+    proc = run_cli("run", "dense/m32_n32_k32", "--checkpoint", path, "--device", "cuda",
+                   "--out", str(tmp_path / "o"), prog="tune")
+    assert_clean_error(proc, "sees no CUDA GPU", prog="tune")
+    assert not (tmp_path / "o").exists()  # refused before any work

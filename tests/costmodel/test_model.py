@@ -206,3 +206,25 @@ def test_per_workload_normalization_standardises_each_workload():
     assert again.per_workload and not again.predicts_latency
     old = {k: v for k, v in norm.to_dict().items() if k != "per_workload"}
     assert Normalization.from_dict(old).predicts_latency
+
+
+def test_forward_and_losses_create_no_tensor_on_the_default_device():
+    """On a GPU, a tensor made inside forward or a loss without naming a device lands on the
+    CPU beside CUDA ones and the step fails. Without a GPU: model and batch on the CPU, the
+    default device set to "meta"; a tensor made without a device would be a meta tensor, and
+    mixing it with the CPU ones raises (as the deliberate slip at the end shows)."""
+    torch.manual_seed(0)
+    model = GraphSAGECostModel(num_node_kinds=3, num_node_features=3, num_edge_types=2,
+                               num_program_features=2, hidden=8)
+    inputs = (*_tiny_batch(), torch.ones(2, 2))
+    target, group = torch.tensor([0.5, -0.5]), torch.tensor([0, 0])
+    with torch.device("meta"):
+        pred = model(*inputs)
+        assert pred.device.type == "cpu" and model.embed(*inputs).device.type == "cpu"
+        for kind in RANK_LOSSES.names():
+            loss, parts = cost_model_loss(pred, target, group, 1.0, 1.0, kind)
+            assert loss.device.type == "cpu" and parts["rank"].device.type == "cpu"
+            loss.backward(retain_graph=True)
+        assert delta_ndcg(pred, target, group).device.type == "cpu"
+        with pytest.raises(RuntimeError, match="meta"):
+            pred + torch.ones(2)  # the slip this test catches
