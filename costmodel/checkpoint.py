@@ -14,7 +14,10 @@ Entries (the checkpoints `train fit` writes have these plus Lightning's optimise
   (`costmodel.model.create_model`); `normalization` (its `per_workload` says the model was
   trained on per-workload standardised labels and predicts a relative score, not a latency;
   files without it predict latency); `target` (JSON) and `target_kind`; the training
-  `dataset`, `split` and `sides` (the workload keys of each side).
+  `dataset`, `split` and `sides` (the workload keys of each side); `train_share` (`share`,
+  its `seed`, and the training `records` of the side's `of`; absent from older files); if its
+  training started from another checkpoint's weights (`--model.init_from`),
+  `init_from` (`provenance`: that file's path and SHA-256, its target, dataset and split).
 - "hyper_parameters": the training hyperparameters (the loss settings also serve `adapt`).
 - "state_dict": the network's parameters, each key prefixed with "model.".
 
@@ -74,13 +77,32 @@ class Checkpoint:
 
 
 def describe(model, normalization: Normalization, target: str, dataset: str, split: str,
-             sides: dict[str, list[str]]) -> dict:
-    """The self-description of a checkpoint of `model` (the "costmodel" entry)."""
-    return {"format_version": FORMAT_VERSION, "featurizer_version": featurize.FEATURIZER_VERSION,
+             sides: dict[str, list[str]], init_from: dict | None = None,
+             train_share: dict | None = None) -> dict:
+    """The self-description of a checkpoint of `model` (the "costmodel" entry); `init_from`
+    (`source`'s description) and `train_share` (the share of the training side's records it
+    was trained on) are recorded when given."""
+    meta = {"format_version": FORMAT_VERSION, "featurizer_version": featurize.FEATURIZER_VERSION,
             **LAYOUT, "architecture": dict(model.architecture),
             "normalization": normalization.to_dict(), "target": target,
             "target_kind": json.loads(target)["kind"], "dataset": dataset, "split": split,
             "sides": {side: [str(k) for k in keys] for side, keys in sides.items()}}
+    if init_from is not None:
+        meta["init_from"] = init_from
+    if train_share is not None:
+        meta["train_share"] = train_share
+    return meta
+
+
+def provenance(ckpt: Checkpoint) -> dict:
+    """What a checkpoint initialised from `ckpt` records of it: the file (path and SHA-256)
+    and what it was trained on (target, dataset, split)."""
+    import hashlib
+
+    with open(ckpt.path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    return {"path": ckpt.path, "sha256": digest, "target": ckpt.meta["target"],
+            "dataset": ckpt.meta["dataset"], "split": ckpt.meta["split"]}
 
 
 def read(path: str) -> dict:

@@ -21,6 +21,12 @@ FLOPS_FEATURE = 0  # PROGRAM_FEATURES[0] is log2(1 + FLOPs)
 MAX_Z = 10.0
 
 
+def varied(std: np.ndarray) -> np.ndarray:
+    """Which features varied in the data their standard deviations `std` were fitted on
+    (`Normalization.fit` adds EPS, so a constant feature has exactly EPS)."""
+    return np.asarray(std, np.float64) > 2 * EPS
+
+
 @dataclasses.dataclass
 class Normalization:
     """Standardisation fitted on the training split; stored in checkpoints."""
@@ -62,6 +68,32 @@ class Normalization:
         """False when the model learnt a score relative to each workload (`per_workload`):
         its predictions rank a workload's programs but are no latency."""
         return not self.per_workload
+
+    def with_inputs_of(self, source: "Normalization") -> "Normalization":
+        """These statistics with the input (node and program feature) standardisation of
+        `source`, the normalisation a network was pretrained with, for fine-tuning it on other
+        data (`--model.init_from`).
+
+        A pretrained network's first layers learnt weights for its inputs as `source`
+        standardised them; standardising new data with its own statistics would shift and
+        rescale every input under those weights. So every feature that varied in the source's
+        training data keeps the source's mean and standard deviation. A feature that was
+        constant there (its standard deviation at the EPS floor, e.g. thread bindings and
+        shared memory in CPU programs) taught the network nothing: dividing by EPS would blow
+        its new values up a million-fold, so it takes these statistics instead. The target
+        statistics (`y_mean`, `y_std`, `per_flop`, `per_workload`) stay these: latencies of
+        another target (a GPU) have another scale, and the head is fine-tuned to it.
+        """
+        x, prog = varied(source.x_std), varied(source.program_std)
+
+        def pick(mask, theirs, ours):
+            return np.where(mask, theirs, ours).astype(np.asarray(ours).dtype)
+
+        return dataclasses.replace(
+            self, x_mean=pick(x, source.x_mean, self.x_mean),
+            x_std=pick(x, source.x_std, self.x_std),
+            program_mean=pick(prog, source.program_mean, self.program_mean),
+            program_std=pick(prog, source.program_std, self.program_std))
 
     def offset(self, graph) -> float:
         """What the target leaves out of a graph's log-latency: its log FLOPs if per FLOP."""

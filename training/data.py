@@ -10,7 +10,9 @@ and target statistics) is fitted on the training split only and travels with the
 with `normalize_per_workload` each record's target is its log-latency standardised within its
 workload instead (the model then predicts a relative score, not a latency).
 Training batches hold `per_workload` records of each of `workloads_per_batch` workloads, so
-every batch has pairs of the same workload for the rank loss.
+every batch has pairs of the same workload for the rank loss. With `train_share` below 1 the
+model trains on a seeded random share of the training side's records (`share_of_records`);
+validation and test keep all of theirs.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ SPLITS = ("shapes", "family", "network")
 RECORD_COLUMNS = ["workload_key", "family", "network", "workload_ir", "trace", "trace_hash",
                   "status", "latency_median", "latencies", "workload_weight", "target"]
 NETWORK_SEPARATOR = ","  # a workload shared by several networks lists them all
+MIN_PER_WORKLOAD = 2  # a share keeps this many records of a workload: rank pairs need two
 
 
 def usable(frame: pd.DataFrame) -> tuple[pd.DataFrame, int]:
@@ -122,6 +125,35 @@ def split_workloads(frame: pd.DataFrame, split: str, test_fraction: float,
     return sides
 
 
+def check_share(share: float) -> None:
+    """Raises: UserError unless 0 < share <= 1."""
+    if not 0 < share <= 1:  # also refuses NaN
+        raise UserError(f"train_share must be in (0, 1], not {share}")
+
+
+def share_of_records(frame: pd.DataFrame, share: float, seed: int) -> pd.DataFrame:
+    """A seeded random `share` of `frame`'s records, drawn within each workload.
+
+    A workload of n records keeps round(share * n) of them, but at least MIN_PER_WORKLOAD
+    (all n if it has fewer), so every workload still has pairs to rank. Each workload's records
+    are shuffled once per seed and the share takes the first ones, so for one seed a smaller
+    share is a subset of a larger one. Rows keep their order.
+
+    Raises:
+        UserError: `share` outside (0, 1].
+    """
+    check_share(share)
+    rng = np.random.default_rng(seed)
+    keys = frame.workload_key.to_numpy()
+    keep = []
+    for key in sorted(set(keys)):
+        rows = rng.permutation(np.flatnonzero(keys == key))
+        n = max(MIN_PER_WORKLOAD, int(np.floor(share * len(rows) + 0.5)))
+        keep.append(rows[:n])
+    rows = np.sort(np.concatenate(keep)) if keep else np.zeros(0, int)
+    return frame.iloc[rows].reset_index(drop=True)
+
+
 class WorkloadBatchSampler(torch.utils.data.Sampler):
     """Batches of `per_workload` records from each of `workloads_per_batch` workloads.
 
@@ -190,6 +222,12 @@ class ScheduleDataModule(L.LightningDataModule):
             workloads are only on the training side). The model then learns to rank within
             a workload and predicts a relative score, not a latency; the checkpoint records
             it, and `costmodel evaluate` reports no MAPE for it. Excludes `per_flop`.
+        train_share: train on this share (0 < share <= 1) of the training side's records, a
+            seeded random draw within each workload that keeps at least 2 of each
+            (`share_of_records`); validation and test keep all their records, and the
+            normalisation is fitted on the share. For learning curves and few-shot transfer.
+        share_seed: seeds the draw of `train_share` (default: `seed`), so the share can vary
+            while the split stays.
     """
 
     def __init__(self, dataset: str = "data/llvm-full", split: str = "shapes",
@@ -197,15 +235,18 @@ class ScheduleDataModule(L.LightningDataModule):
                  val_fraction: float = 0.1, workloads_per_batch: int = 8,
                  per_workload: int = 16, cache_dir: str = ".cache/features", seed: int = 0,
                  per_flop: bool = False, test_networks: list[str] | None = None,
-                 normalize_per_workload: bool = False):
+                 normalize_per_workload: bool = False, train_share: float = 1.0,
+                 share_seed: int | None = None):
         super().__init__()
         if per_flop and normalize_per_workload:
             raise UserError("per_flop and normalize_per_workload exclude each other: "
                             "standardising within a workload already removes its scale")
+        check_share(train_share)
         self.save_hyperparameters()
         self.normalization: Normalization | None = None
         self.frames: dict[str, pd.DataFrame] = {}
         self.sides: dict[str, list[str]] = {}
+        self.train_share: dict = {}  # what the checkpoint records of the share trained on
         self.dropped = 0
 
     def setup(self, stage: str | None = None) -> None:
@@ -238,10 +279,22 @@ class ScheduleDataModule(L.LightningDataModule):
                                      hp.val_fraction, hp.seed, hp.test_networks)
         self.frames = {name: frame[frame.workload_key.isin(keys)].reset_index(drop=True)
                        for name, keys in self.sides.items()}
+        self.train_share = {"share": hp.train_share, "seed": self.share_seed,
+                            "records": len(self.frames["train"]),
+                            "of": len(self.frames["train"])}
+        if hp.train_share < 1:
+            self.frames["train"] = share_of_records(self.frames["train"], hp.train_share,
+                                                    self.share_seed)
+            self.train_share["records"] = len(self.frames["train"])
         train = self.frames["train"]
         self.normalization = Normalization.fit(
             train.graph, train.latency_median, per_flop=hp.per_flop,
             workloads=train.workload_key if hp.normalize_per_workload else None)
+
+    @property
+    def share_seed(self) -> int:
+        """The seed of the `train_share` draw."""
+        return self.hparams.seed if self.hparams.share_seed is None else self.hparams.share_seed
 
     def _dataset(self, side: str):
         frame = self.frames[side]

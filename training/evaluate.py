@@ -50,6 +50,12 @@ def _metrics(frame: pd.DataFrame, predicted: np.ndarray, latency: bool) -> dict:
                             for net in sorted(set().union(*networks))}}
 
 
+def score(predictor, test: pd.DataFrame) -> dict:
+    """The report's metrics of one `CostModelPredictor` on the records `test`: overall, per
+    family and per network; MAPE is None if it predicts no latency."""
+    return _metrics(test, predictor.predict_records(test), latency=predictor.predicts_latency)
+
+
 def _spread(runs: list[dict]) -> tuple[dict, dict]:
     keys = runs[0]["overall"].keys()
     vals = {k: [r["overall"][k] for r in runs if r["overall"][k] is not None] for k in keys}

@@ -9,7 +9,29 @@ import torch
 from costmodel import checkpoint, featurize
 from costmodel.losses import RANK_LOSSES, cost_model_loss
 from costmodel.model import MODELS
+from datagen.errors import UserError
 from training.metrics import kendall_tau
+
+
+# the option of `train fit` that sets each architecture argument
+ARCHITECTURE_OPTIONS = {"name": "--model.architecture", "hidden": "--model.hidden",
+                        "num_layers": "--model.num_layers", "dropout": "--model.dropout",
+                        "num_program_features": "--model.use_program_features"}
+
+
+def check_same_architecture(path: str, theirs: dict, ours: dict) -> None:
+    """A checkpoint's weights start a model only of its own architecture.
+
+    Raises:
+        UserError: one line naming each argument that differs, with both values.
+    """
+    differ = [k for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k)]
+    if differ:
+        cells = "; ".join(f"{k} {theirs.get(k)} there, {ours.get(k)} here"
+                          + (f" ({ARCHITECTURE_OPTIONS[k]})" if k in ARCHITECTURE_OPTIONS else "")
+                          for k in differ)
+        raise UserError(f"init_from {path} has another architecture: {cells}; train with its "
+                        "values to start from it")
 
 
 class CostModelModule(L.LightningModule):
@@ -29,12 +51,19 @@ class CostModelModule(L.LightningModule):
         rank_loss: a name in `costmodel.losses.RANK_LOSSES`: pairwise "logistic" (RankNet) or
             "hinge", listwise "listmle", or "lambdarank" (logistic pairs weighted by their
             |delta NDCG|).
+        init_from: a trained checkpoint to start from instead of random weights (fine-tuning,
+            e.g. a CPU model on a few GPU measurements). It is read like any checkpoint
+            (`costmodel.checkpoint.load`: no code runs), may be of another target kind, and
+            its architecture must be this one. The data keep its input standardisation for
+            every feature it saw vary, while the target statistics are fitted on the new
+            training records (`Normalization.with_inputs_of` says why); the new checkpoint
+            records where it started (`init_from`, `checkpoint.provenance`).
     """
 
     def __init__(self, architecture: str = "graphsage", hidden: int = 128, num_layers: int = 3, dropout: float = 0.1,
                  use_program_features: bool = True, lr: float = 1e-3,
                  weight_decay: float = 1e-4, mse_weight: float = 1.0, rank_weight: float = 1.0,
-                 rank_loss: str = "logistic"):
+                 rank_loss: str = "logistic", init_from: str | None = None):
         super().__init__()
         RANK_LOSSES.get(rank_loss)  # an unknown name fails here, before any data is read
         self.save_hyperparameters()
@@ -44,7 +73,22 @@ class CostModelModule(L.LightningModule):
             num_edge_types=len(featurize.EDGE_TYPES),
             num_program_features=featurize.NUM_PROGRAM_FEATURES if use_program_features else 0,
             hidden=hidden, num_layers=num_layers, dropout=dropout)
+        # with `init_from`: its normalisation and what the new checkpoint records of it
+        self.source_normalization, self.source = None, None
+        if init_from:
+            source = checkpoint.load(init_from)
+            check_same_architecture(init_from, source.model.architecture,
+                                    self.model.architecture)
+            self.model.load_state_dict(source.model.state_dict())
+            self.source_normalization = source.normalization
+            self.source = checkpoint.provenance(source)
         self._eval_outputs: list[tuple[np.ndarray, ...]] = []
+
+    def setup(self, stage: str) -> None:
+        """With `init_from`, standardise the data's inputs as the source checkpoint did."""
+        if self.source_normalization is not None:
+            data = self.trainer.datamodule
+            data.normalization = data.normalization.with_inputs_of(self.source_normalization)
 
     def forward(self, batch) -> torch.Tensor:
         program = batch.program if self.hparams.use_program_features else None
@@ -99,4 +143,6 @@ class CostModelModule(L.LightningModule):
         data = self.trainer.datamodule
         ckpt[checkpoint.META_KEY] = checkpoint.describe(
             self.model, data.normalization, data.frames["train"].target.iloc[0],
-            data.hparams.dataset, data.hparams.split, data.sides)
+            data.hparams.dataset, data.hparams.split, data.sides,
+            init_from=self.source,
+            train_share=data.train_share)

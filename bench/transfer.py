@@ -1,0 +1,360 @@
+"""Benchmark: few-shot transfer of a trained checkpoint to another dataset (a CPU model to GPU
+measurements), as a curve over the share of the target's training records.
+
+For every share (default 1%, 5%, 10% and all of the training side's records) and seed, two
+models train on the same records of --dataset with `train fit` (configs/graphsage.yaml, the
+architecture of --init-from): "scratch", from random weights, and "finetuned", from the
+weights of --init-from (`--model.init_from`: the source's input standardisation, target
+statistics of the share). The share is a seeded draw within each workload that keeps at least
+2 records of each (`--data.train_share`, `--data.share_seed` = the seed); the split (seeded by
+--split-seed) is the same for every run, and validation and test keep all their records. Each
+run keeps its checkpoint of best validation Kendall tau; it is scored on the held-out side with
+`costmodel evaluate`'s metrics (`training.evaluate.score`: Kendall tau, top-1 score, MAPE, and
+the others, averaged over workloads). So is --init-from itself, untrained on the dataset
+("source": its zero-shot ranking; its MAPE says little when its target differs).
+
+Writes summary.json (every run, and per mode and share the mean and standard deviation over
+seeds) and transfer.png (Kendall tau and top-1 against the share, log x, both curves, the
+source as a line). Each run lives in --out/runs/MODE/shareF-seedS with its config, logs,
+checkpoint and result.json; finished runs are read back, so an interrupted benchmark resumes
+(a run made with other settings is refused: use another --out).
+
+    python bench/transfer.py --dataset data/cuda-h100 --init-from checkpoints/graphsage.ckpt \\
+        --split shapes [--shares 0.01 0.05 0.1 1.0] [--seeds 0 1 2] [--max-epochs 30] \\
+        [--accelerator gpu]
+    python bench/transfer.py --dataset data/llvm-full \\
+        --init-from checkpoints/graphsage-family-depthwise.ckpt --split family \\
+        --test-families depthwise_conv2d --shares 0.05 1.0 --seeds 0 --max-epochs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+MODES = ("scratch", "finetuned")
+METRICS = ("kendall_tau", "top1_score", "mape")  # printed and summarised first
+PLOTTED = {"kendall_tau": "Kendall tau", "top1_score": "top-1 score"}
+CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs",
+                      "graphsage.yaml")
+
+
+def run_config(args, architecture: dict, mode: str, share: float, seed: int,
+               work: str) -> dict:
+    """The settings `train fit` reads after the base config (--config) for one run."""
+    model = {"architecture": architecture["name"], "hidden": architecture["hidden"],
+             "num_layers": architecture["num_layers"], "dropout": architecture["dropout"],
+             "use_program_features": bool(architecture["num_program_features"])}
+    if mode == "finetuned":
+        model["init_from"] = args.init_from
+        if args.finetune_lr is not None:
+            model["lr"] = args.finetune_lr
+    data = {"dataset": args.dataset, "split": args.split,
+            "test_fraction": args.test_fraction, "test_families": args.test_families,
+            "test_networks": args.test_networks, "val_fraction": args.val_fraction,
+            "seed": args.split_seed, "train_share": share, "share_seed": seed,
+            "cache_dir": args.cache_dir}
+    checkpoint = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                  "init_args": {"dirpath": os.path.join(work, "checkpoints"), "filename": "best",
+                                "monitor": "val/kendall_tau", "mode": "max", "save_top_k": 1}}
+    logger = {"class_path": "lightning.pytorch.loggers.CSVLogger",
+              "init_args": {"save_dir": work, "name": "logs"}}
+    trainer = {"accelerator": args.accelerator, "devices": 1, "max_epochs": args.max_epochs,
+               "default_root_dir": work, "callbacks": [checkpoint], "logger": logger,
+               "enable_progress_bar": False}
+    return {"seed_everything": seed, "trainer": trainer, "model": model, "data": data}
+
+
+def settings(args) -> dict:
+    """What a finished run must share with this invocation to be read back."""
+    return {"dataset": os.path.abspath(args.dataset), "init_from": os.path.abspath(args.init_from),
+            "split": args.split, "test_fraction": args.test_fraction,
+            "test_families": args.test_families, "test_networks": args.test_networks,
+            "val_fraction": args.val_fraction, "split_seed": args.split_seed,
+            "max_epochs": args.max_epochs, "finetune_lr": args.finetune_lr,
+            "config": os.path.abspath(args.config)}
+
+
+def train(args, architecture: dict, mode: str, share: float, seed: int, work: str) -> str:
+    """Run `train fit` for one (mode, share, seed) in `work`; its best checkpoint."""
+    from datagen.errors import UserError
+
+    shutil.rmtree(work, ignore_errors=True)  # a run that did not finish starts over
+    os.makedirs(work)
+    config = os.path.join(work, "run-config.json")
+    with open(config, "w") as f:
+        json.dump(run_config(args, architecture, mode, share, seed, work), f, indent=1)
+    proc = subprocess.run([sys.executable, "-m", "training.cli", "fit", "--config", args.config,
+                           "--config", config], capture_output=True, text=True)
+    with open(os.path.join(work, "train.log"), "w") as f:
+        f.write(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise UserError(f"training {mode} share {share:g} seed {seed} failed: {last} "
+                        f"(log: {work}/train.log)")
+    found = glob.glob(os.path.join(work, "checkpoints", "*.ckpt"))
+    if len(found) != 1:
+        raise UserError(f"training {mode} share {share:g} seed {seed} left {len(found)} "
+                        f"checkpoints in {work}/checkpoints, expected 1")
+    return found[0]
+
+
+def read_result(path: str, wanted: dict) -> dict | None:
+    """A finished run's result, None if it has not finished.
+
+    Raises:
+        UserError: it finished with other settings.
+    """
+    from datagen.errors import UserError
+
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        result = json.load(f)
+    if result["settings"] != wanted:
+        differ = sorted(k for k in wanted if result["settings"].get(k) != wanted[k])
+        raise UserError(f"{path} was made with other settings ({', '.join(differ)}); "
+                        "use another --out, or delete it to redo that run")
+    return result
+
+
+def write_json(path: str, value) -> None:
+    """Write atomically: a reader sees the whole file or none."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(value, f, indent=1)
+    os.replace(tmp, path)
+
+
+class HeldOut:
+    """The held-out records every run is scored on, and scoring with the evaluator's metrics."""
+
+    def __init__(self, args):
+        from datagen.records import read_records
+        from training.data import RECORD_COLUMNS, check_one_target, usable
+
+        self.frame, _ = usable(read_records(args.dataset, RECORD_COLUMNS))
+        check_one_target(self.frame, args.dataset)
+        self.keys: list[str] | None = None
+        self.device = "cuda" if args.accelerator == "gpu" else "cpu"
+        self.cache_dir = args.cache_dir
+
+    def records(self, keys: list[str]):
+        """The test records of a run's checkpoint; every run must hold out the same ones."""
+        from datagen.errors import UserError
+
+        if self.keys is None:
+            self.keys = sorted(keys)
+        elif sorted(keys) != self.keys:
+            raise UserError("runs hold out different workloads: the split is not the same")
+        return self.frame[self.frame.workload_key.isin(self.keys)].reset_index(drop=True)
+
+    def score(self, checkpoint: str, keys: list[str]) -> dict:
+        """The overall metrics of `checkpoint` on the test records `keys`."""
+        from costmodel.predictor import CostModelPredictor
+        from training.evaluate import score
+
+        predictor = CostModelPredictor.load(checkpoint, cache_dir=self.cache_dir,
+                                            device=self.device)
+        return score(predictor, self.records(keys))["overall"]
+
+
+def check_no_leak(source_meta: dict, target: str, test_keys: list[str]) -> None:
+    """Refuse a source checkpoint that trained on the held-out workloads of the same target.
+
+    Raises:
+        UserError: it did (fine-tuning would be scored on programs it learnt).
+    """
+    from datagen.errors import UserError
+
+    if source_meta["target"] != target:
+        return  # another target's latencies: the same workloads measured elsewhere
+    seen = sorted(set(test_keys) & (set(source_meta["sides"]["train"])
+                                    | set(source_meta["sides"]["val"])))
+    if seen:
+        raise UserError(f"--init-from trained on {len(seen)} of the held-out workloads on this "
+                        f"target (e.g. {seen[0]}); choose the split it was trained with")
+
+
+def summarize(runs: list[dict], shares: list[float]) -> dict:
+    """Per mode and share: each metric's mean and standard deviation over the seeds where it is
+    defined (`n` of them; None if none: MAPE of a relative model, or Kendall tau of a model
+    that predicts every held-out program alike)."""
+    import math
+
+    import numpy as np
+
+    curves = {}
+    for mode in MODES:
+        for share in shares:
+            mine = [r for r in runs if r["mode"] == mode and r["share"] == share]
+            if not mine:
+                continue
+            row = {"seeds": [r["seed"] for r in mine],
+                   "train_records": float(np.mean([r["train_records"] for r in mine]))}
+            for metric in mine[0]["metrics"]:
+                vals = [r["metrics"][metric] for r in mine if r["metrics"][metric] is not None
+                        and math.isfinite(r["metrics"][metric])]
+                row[metric] = ({"mean": float(np.mean(vals)), "std": float(np.std(vals)),
+                                "n": len(vals)} if vals else None)
+            curves.setdefault(mode, {})[f"{share:g}"] = row
+    return curves
+
+
+def plot(summary: dict, path: str) -> None:
+    """Kendall tau and top-1 against the share (log x): both curves, the source as a line."""
+    import math
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(PLOTTED), figsize=(10, 4))
+    for ax, (metric, title) in zip(axes, PLOTTED.items()):
+        for mode, rows in summary["curves"].items():
+            shares = sorted(rows, key=float)
+            cells = [rows[s][metric] for s in shares]
+            keep = [i for i, c in enumerate(cells) if c is not None]
+            ax.errorbar([float(shares[i]) for i in keep], [cells[i]["mean"] for i in keep],
+                        yerr=[cells[i]["std"] for i in keep], marker="o", capsize=3,
+                        label=mode)
+        source = summary["source"]["metrics"].get(metric)
+        if source is not None and math.isfinite(source):
+            ax.axhline(source, color="gray", ls=":", label="source, no training")
+        shares = [float(s) for s in summary["shares"]]
+        ax.set(xscale="log", xlim=(min(shares) / 1.5, max(shares) * 1.5),
+               xlabel="share of the training records", ylabel=title,
+               title=f"{title} on held-out workloads")
+        ax.set_xticks(shares, [f"{s * 100:g}%" for s in shares])
+        ax.minorticks_off()
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def format_table(summary: dict) -> str:
+    """One line per share: records, then each mode's mean metrics (± std over seeds)."""
+    import math
+
+    def cell(row, metric):
+        if row is None or row.get(metric) is None:
+            return f"{'n/a':>15}"
+        return f"{row[metric]['mean']:>7.3f} ± {row[metric]['std']:<5.3f}"
+
+    names = {"kendall_tau": "tau", "top1_score": "top-1", "mape": "MAPE"}
+    head = f"{'share':>6} {'records':>8} | " + " | ".join(
+        f"{mode + ' ' + names[m]:>15}" for mode in MODES for m in METRICS)
+    lines = [head]
+    shares = sorted({s for rows in summary["curves"].values() for s in rows}, key=float)
+    for share in shares:
+        rows = [summary["curves"].get(mode, {}).get(share) for mode in MODES]
+        records = next(r["train_records"] for r in rows if r)
+        lines.append(f"{share:>6} {records:>8.0f} | " + " | ".join(
+            cell(row, m) for row in rows for m in METRICS))
+    src = summary["source"]["metrics"]
+    lines.append("source (no training): " + ", ".join(
+        f"{names[m]} {src[m]:.3f}" if src.get(m) is not None and math.isfinite(src[m])
+        else f"{names[m]} n/a"
+        for m in METRICS))
+    lines.append("(mean ± standard deviation over seeds; n/a: undefined in every seed, e.g. "
+                 "tau of a model that predicts every held-out program alike)")
+    return "\n".join(lines)
+
+
+def bench(args) -> int:
+    from costmodel import checkpoint
+    from costmodel.predictor import torch_device
+    from datagen.errors import UserError
+    from training.data import check_share, split_workloads
+
+    for share in args.shares:
+        check_share(share)
+    if args.accelerator == "gpu":
+        torch_device("cuda")  # no CUDA: one line before any training
+    source = checkpoint.load(args.init_from)
+    architecture = source.model.architecture
+    side = HeldOut(args)
+    expected = split_workloads(side.frame, args.split, args.test_fraction,
+                               args.test_families or [], args.val_fraction, args.split_seed,
+                               args.test_networks)
+    check_no_leak(source.meta, side.frame.target.iloc[0], expected["test"])
+    wanted = settings(args)
+    os.makedirs(args.out, exist_ok=True)
+    runs = []
+    for share in args.shares:
+        for seed in args.seeds:
+            for mode in MODES:
+                work = os.path.join(args.out, "runs", mode, f"share{share:g}-seed{seed}")
+                result = read_result(os.path.join(work, "result.json"), wanted)
+                if result is None:
+                    print(f"training {mode}, share {share:g}, seed {seed} ...", flush=True)
+                    ckpt = train(args, architecture, mode, share, seed, work)
+                    meta = checkpoint.read(ckpt)[checkpoint.META_KEY]
+                    result = {"mode": mode, "share": share, "seed": seed, "settings": wanted,
+                              "checkpoint": os.path.relpath(ckpt, args.out),
+                              "train_records": meta["train_share"]["records"],
+                              "train_records_of": meta["train_share"]["of"],
+                              "test_workloads": meta["sides"]["test"],
+                              "metrics": side.score(ckpt, meta["sides"]["test"])}
+                    write_json(os.path.join(work, "result.json"), result)
+                else:
+                    print(f"read back {mode}, share {share:g}, seed {seed}", flush=True)
+                    side.records(result["test_workloads"])  # the same split as the others
+                runs.append(result)
+    if side.keys is None:
+        raise UserError("no runs: give --shares and --seeds")
+    summary = {"dataset": args.dataset, "init_from": args.init_from,
+               "source_target": source.meta["target"], "split": args.split,
+               "test_workloads": len(side.keys),
+               "test_records": len(side.records(side.keys)), "shares": args.shares,
+               "seeds": args.seeds, "max_epochs": args.max_epochs,
+               "source": {"metrics": side.score(args.init_from, side.keys)},
+               "curves": summarize(runs, args.shares), "runs": runs}
+    write_json(os.path.join(args.out, "summary.json"), summary)
+    plot(summary, os.path.join(args.out, "transfer.png"))
+    print(f"== transfer of {args.init_from} to {args.dataset}: {summary['test_workloads']} "
+          f"held-out workloads, {summary['test_records']} records, seeds {args.seeds}, "
+          f"at most {args.max_epochs} epochs ==")
+    print(format_table(summary))
+    print(f"summary.json and transfer.png in {args.out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from datagen.errors import run_command
+
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", required=True, help="the target's records (datagen folder)")
+    parser.add_argument("--init-from", required=True, help="the checkpoint to transfer")
+    parser.add_argument("--shares", nargs="+", type=float, default=[0.01, 0.05, 0.1, 1.0])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2],
+                        help="each seeds the share's draw and the training")
+    parser.add_argument("--split", choices=["shapes", "family", "network"], default="shapes")
+    parser.add_argument("--test-fraction", type=float, default=0.2)
+    parser.add_argument("--test-families", nargs="*", help="with --split family")
+    parser.add_argument("--test-networks", nargs="*", help="with --split network")
+    parser.add_argument("--val-fraction", type=float, default=0.1)
+    parser.add_argument("--split-seed", type=int, default=0, help="seeds the split, for every run")
+    parser.add_argument("--max-epochs", type=int, default=30)
+    parser.add_argument("--finetune-lr", type=float,
+                        help="learning rate of the fine-tuned runs (default: the config's)")
+    parser.add_argument("--accelerator", choices=["cpu", "gpu"], default="cpu",
+                        help="trains on it (one device) and scores on it")
+    parser.add_argument("--config", default=CONFIG, help="base `train fit` config")
+    parser.add_argument("--cache-dir", default=".cache/features")
+    parser.add_argument("--out", default="bench/results/transfer")
+    args = parser.parse_args(argv)
+    return run_command("transfer", bench, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,317 @@
+"""Few-shot transfer: training on a share of the records (`--data.train_share`), starting from
+a trained checkpoint (`--model.init_from`), and bench/transfer.py's curve.
+
+The fast tests use real, freshly initialised networks in real checkpoint files; the slow ones
+train through the real `train` CLI on the tiny measured dataset."""
+
+import glob
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from conftest import CLI_TIMEOUT_SEC, assert_clean_error, train_tiny
+from costmodel import checkpoint, featurize
+from costmodel.model import create_model
+from costmodel.normalization import EPS, Normalization
+from datagen.errors import UserError
+from training.data import MIN_PER_WORKLOAD, ScheduleDataModule, share_of_records
+from training.module import CostModelModule
+
+GPU_TARGET = json.dumps({"kind": "cuda", "arch": "sm_90a"})
+BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "transfer.py")
+
+
+def records(sizes: dict[str, int]) -> pd.DataFrame:
+    """`sizes[key]` records of each workload, interleaved, numbered in `id`."""
+    keys = [k for k, n in sizes.items() for _ in range(n)]
+    frame = pd.DataFrame({"workload_key": keys}).sample(frac=1, random_state=0)
+    return frame.reset_index(drop=True).assign(id=range(len(keys)))
+
+
+SIZES = {"dense/a": 200, "conv2d/b": 40, "softmax/c": 3, "pool2d/d": 1}
+
+
+@pytest.mark.parametrize("share", [0.01, 0.05, 0.1, 0.5])
+def test_a_share_keeps_its_part_of_every_workload_and_at_least_two(share):
+    frame = records(SIZES)
+    part = share_of_records(frame, share, seed=0)
+    counts = part.workload_key.value_counts().to_dict()
+    for key, n in SIZES.items():
+        expected = min(n, max(MIN_PER_WORKLOAD, int(np.floor(share * n + 0.5))))
+        assert counts.get(key, 0) == expected, (key, share)
+    assert counts["softmax/c"] >= 2 and counts["pool2d/d"] == 1  # the floor, or all it has
+    assert part.id.is_unique and set(part.id) <= set(frame.id)  # records of frame, no repeats
+    assert part.id.is_monotonic_increasing  # rows keep their order
+    assert part.columns.tolist() == frame.columns.tolist()
+
+
+def test_a_share_is_seeded_and_nested():
+    frame = records(SIZES)
+    first = share_of_records(frame, 0.1, seed=3)
+    pd.testing.assert_frame_equal(first, share_of_records(frame, 0.1, seed=3))
+    assert set(first.id) != set(share_of_records(frame, 0.1, seed=4).id)
+    # for one seed a smaller share is part of a larger one, so a curve adds records
+    assert set(share_of_records(frame, 0.05, seed=3).id) <= set(first.id) \
+        <= set(share_of_records(frame, 0.5, seed=3).id)
+    assert len(share_of_records(frame, 1.0, seed=3)) == len(frame)
+
+
+@pytest.mark.parametrize("share", [0.0, -0.1, 1.5, float("nan")])
+def test_a_share_outside_zero_one_is_refused(share):
+    with pytest.raises(UserError, match=r"train_share must be in \(0, 1\], not"):
+        share_of_records(records(SIZES), share, seed=0)
+    with pytest.raises(UserError, match=r"train_share must be in \(0, 1\], not"):
+        ScheduleDataModule(train_share=share)
+    assert ScheduleDataModule().hparams.train_share == 1.0  # all records by default
+
+
+def test_fine_tuning_keeps_the_inputs_standardised_as_the_source_saw_them():
+    """Features that varied in the source keep its statistics; one that was constant there
+    (as thread bindings are in CPU programs) takes the new data's; the target's are new."""
+    rng = np.random.default_rng(0)
+    source = Normalization(x_mean=np.array([1.0, 0.0], np.float32),
+                           x_std=np.array([2.0, EPS], np.float32),
+                           program_mean=np.array([5.0, 3.0], np.float32),
+                           program_std=np.array([EPS, 0.5], np.float32), y_mean=-9.0, y_std=1.5)
+    ours = Normalization(x_mean=rng.normal(size=2), x_std=np.array([3.0, 4.0]),
+                         program_mean=rng.normal(size=2), program_std=np.array([6.0, 7.0]),
+                         y_mean=-12.0, y_std=0.7, per_workload=True)
+    mixed = ours.with_inputs_of(source)
+    np.testing.assert_array_equal(mixed.x_mean, [1.0, ours.x_mean[1]])
+    np.testing.assert_array_equal(mixed.x_std, [2.0, 4.0])
+    np.testing.assert_array_equal(mixed.program_mean, [ours.program_mean[0], 3.0])
+    np.testing.assert_array_equal(mixed.program_std, [6.0, 0.5])
+    assert (mixed.y_mean, mixed.y_std, mixed.per_workload) == (-12.0, 0.7, True)
+    again = mixed.with_inputs_of(source)  # a second setup (fit, then test) changes nothing
+    for name in ("x_mean", "x_std", "program_mean", "program_std"):
+        np.testing.assert_array_equal(getattr(again, name), getattr(mixed, name))
+
+
+def architecture(hidden: int = 16, use_program_features: bool = True) -> dict:
+    """What `CostModelModule(hidden=..., num_layers=2, dropout=0.0)` builds."""
+    return {"name": "graphsage", "num_node_kinds": len(featurize.VOCABULARY),
+            "num_node_features": featurize.NUM_NODE_FEATURES,
+            "num_edge_types": len(featurize.EDGE_TYPES),
+            "num_program_features": featurize.NUM_PROGRAM_FEATURES if use_program_features
+            else 0, "hidden": hidden, "num_layers": 2, "dropout": 0.0}
+
+
+def write_source(path, target: str = GPU_TARGET, **arch) -> str:
+    """A checkpoint of a fresh (seeded) network, as `train fit` describes one."""
+    torch.manual_seed(1)
+    model = create_model(architecture(**arch))
+    n, p = featurize.NUM_NODE_FEATURES, featurize.NUM_PROGRAM_FEATURES
+    norm = Normalization(np.ones(n), np.ones(n), np.ones(p), np.ones(p), -10.0, 1.0)
+    meta = checkpoint.describe(model, norm, target, "data/x", "shapes",
+                               {"train": ["dense/a"], "val": [], "test": ["dense/b"]})
+    checkpoint.save(str(path), model, meta, {"rank_loss": "logistic"})
+    return str(path)
+
+
+def test_init_from_starts_from_the_checkpoints_weights(tmp_path):
+    """Its weights, whatever target it was trained for (a GPU model here); the module
+    records where it started."""
+    path = write_source(tmp_path / "gpu.ckpt")
+    fresh = CostModelModule(hidden=16, num_layers=2, dropout=0.0)
+    module = CostModelModule(hidden=16, num_layers=2, dropout=0.0, init_from=path)
+    source = checkpoint.load(path).model.state_dict()
+    assert module.model.state_dict().keys() == source.keys()
+    assert all(torch.equal(w, source[k]) for k, w in module.model.state_dict().items())
+    assert not all(torch.equal(w, source[k]) for k, w in fresh.model.state_dict().items())
+    assert module.source["path"] == path and module.source["target"] == GPU_TARGET
+    assert module.hparams.init_from == path
+    assert module.source["sha256"] == hashlib.sha256(open(path, "rb").read()).hexdigest()
+    assert fresh.source is None and fresh.source_normalization is None
+
+
+@pytest.mark.parametrize("ours, theirs, message", [
+    ({"hidden": 32}, {}, "hidden 16 there, 32 here (--model.hidden)"),
+    ({"num_layers": 3}, {}, "num_layers 2 there, 3 here (--model.num_layers)"),
+    ({"use_program_features": False}, {},
+     f"num_program_features {featurize.NUM_PROGRAM_FEATURES} there, 0 here "
+     "(--model.use_program_features)"),
+])
+def test_init_from_another_architecture_is_one_clear_error(tmp_path, ours, theirs, message):
+    path = write_source(tmp_path / "a.ckpt", **theirs)
+    with pytest.raises(UserError) as info:
+        CostModelModule(**{"hidden": 16, "num_layers": 2, "dropout": 0.0, **ours},
+                        init_from=path)
+    text = str(info.value)
+    assert text.startswith(f"init_from {path} has another architecture: ") and message in text
+    assert "\n" not in text
+
+
+class RunsCode:
+    """A pickle that runs a shell command when unpickled."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def crafted(tmp_path) -> tuple[str, object]:
+    """A checkpoint-looking file whose unpickling would create a marker file."""
+    marker = tmp_path / "code-ran"
+    path = tmp_path / "evil.ckpt"
+    torch.save({"costmodel": {"format_version": 2}, "payload": RunsCode(marker)}, path)
+    return str(path), marker
+
+
+def test_init_from_a_crafted_pickle_is_refused_and_runs_nothing(tmp_path):
+    path, marker = crafted(tmp_path)
+    with pytest.raises(UserError, match="was refused: it holds objects other than tensors"):
+        CostModelModule(init_from=path)
+    assert not marker.exists()
+
+
+def test_the_checkpoint_records_its_source_and_share(tmp_path):
+    """`describe` writes what `train fit` knows of the start and the share; older callers
+    (and older files) have neither."""
+    model = create_model(architecture())
+    n, p = featurize.NUM_NODE_FEATURES, featurize.NUM_PROGRAM_FEATURES
+    norm = Normalization(np.ones(n), np.ones(n), np.ones(p), np.ones(p), -10.0, 1.0)
+    sides = {"train": ["dense/a"], "val": [], "test": ["dense/b"]}
+    plain = checkpoint.describe(model, norm, GPU_TARGET, "data/x", "shapes", sides)
+    assert "init_from" not in plain and "train_share" not in plain
+    source = checkpoint.provenance(checkpoint.load(write_source(tmp_path / "s.ckpt")))
+    share = {"share": 0.1, "seed": 0, "records": 10, "of": 100}
+    meta = checkpoint.describe(model, norm, GPU_TARGET, "data/x", "shapes", sides,
+                               init_from=source, train_share=share)
+    assert meta["init_from"] == source and meta["train_share"] == share
+    assert set(source) == {"path", "sha256", "target", "dataset", "split"}
+    path = tmp_path / "new.ckpt"
+    checkpoint.save(str(path), model, meta, {})
+    assert checkpoint.load(str(path)).meta["init_from"] == source  # plain containers: loads
+
+
+# -- through the real CLI, on the tiny dataset ----------------------------------------------
+
+
+def train_frame(dataset: str, sides: dict) -> pd.DataFrame:
+    """The usable records of the training side, in the order training reads them."""
+    from datagen.records import read_records
+    from training.data import RECORD_COLUMNS, usable
+
+    frame, _ = usable(read_records(dataset, RECORD_COLUMNS))
+    return frame[frame.workload_key.isin(sides["train"])].reset_index(drop=True)
+
+
+def raw_outputs(ckpt, graphs) -> np.ndarray:
+    """The network's normalised outputs for `graphs` as the checkpoint standardises them."""
+    from torch_geometric.data import Batch
+
+    batch = Batch.from_data_list([ckpt.normalization.data(g) for g in graphs])
+    with torch.no_grad():
+        return ckpt.model(batch.node_kind, batch.x, batch.edge_index, batch.edge_type,
+                          batch.batch, batch.program).numpy()
+
+
+@pytest.mark.slow
+def test_fine_tuning_with_lr_0_keeps_the_source_network(tiny_checkpoint, tiny_dataset,
+                                                        tmp_path):
+    """With learning rate 0 the new checkpoint holds the source's weights and input
+    standardisation: its network outputs are the source's exactly; the target statistics
+    are those of the half share it trained on, and it says where it started and what share."""
+    from costmodel.predictor import CostModelPredictor
+
+    proc = train_tiny("--data.dataset", tiny_dataset, "--model.init_from", tiny_checkpoint,
+                      "--model.lr", "0", "--data.train_share", "0.5", "--trainer.max_epochs",
+                      "1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (path,) = glob.glob(str(tmp_path / "checkpoints" / "*.ckpt"))
+    new, source = checkpoint.load(path), checkpoint.load(tiny_checkpoint)
+    weights = source.model.state_dict()
+    assert all(torch.equal(w, weights[k]) for k, w in new.model.state_dict().items())
+    meta = new.meta
+    assert meta["init_from"]["path"] == tiny_checkpoint
+    assert meta["init_from"]["target"] == source.meta["target"]
+    assert meta["train_share"]["share"] == 0.5 and meta["train_share"]["seed"] == 0
+    train = train_frame(tiny_dataset, meta["sides"])
+    half = share_of_records(train, 0.5, seed=0)
+    assert (meta["train_share"]["records"], meta["train_share"]["of"]) == (len(half), len(train))
+    assert len(half) < len(train)
+    # target statistics: fitted on the share; input statistics: the source's
+    y = np.log(half.latency_median.to_numpy(float))
+    assert new.normalization.y_mean == pytest.approx(y.mean(), rel=1e-6)
+    assert new.normalization.y_mean != source.normalization.y_mean
+    np.testing.assert_array_equal(new.normalization.x_mean, source.normalization.x_mean)
+    np.testing.assert_array_equal(new.normalization.program_std,
+                                  source.normalization.program_std)
+    predictor = CostModelPredictor.load(path)
+    graphs = [predictor.featurizer.featurize_record(r.workload_ir, r.trace, r.trace_hash)
+              for r in train.itertuples()]
+    np.testing.assert_array_equal(raw_outputs(new, graphs), raw_outputs(source, graphs))
+    # so it predicts as the source does, in the new target's statistics
+    z_new = (np.log(predictor.predict_graphs(graphs)) - new.normalization.y_mean) \
+        / new.normalization.y_std
+    z_source = (np.log(CostModelPredictor.load(tiny_checkpoint).predict_graphs(graphs))
+                - source.normalization.y_mean) / source.normalization.y_std
+    np.testing.assert_allclose(z_new, z_source, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_init_from_errors_through_the_cli(tiny_checkpoint, tiny_dataset, tmp_path):
+    proc = train_tiny("--data.dataset", tiny_dataset, "--model.init_from", tiny_checkpoint,
+                      "--model.hidden", "32", "--trainer.fast_dev_run", "true", cwd=tmp_path)
+    assert_clean_error(proc, "has another architecture: hidden 16 there, 32 here "
+                             "(--model.hidden)", prog="train")
+    path, marker = crafted(tmp_path)
+    proc = train_tiny("--data.dataset", tiny_dataset, "--model.init_from", path,
+                      "--trainer.fast_dev_run", "true", cwd=tmp_path)
+    assert_clean_error(proc, "was refused", prog="train")
+    assert not marker.exists()
+    proc = train_tiny("--data.dataset", tiny_dataset, "--data.train_share", "0",
+                      "--trainer.fast_dev_run", "true", cwd=tmp_path)
+    assert_clean_error(proc, "train_share must be in (0, 1], not 0.0", prog="train")
+
+
+@pytest.mark.slow
+def test_the_transfer_bench_writes_its_curve_and_resumes(tiny_checkpoint, tiny_dataset,
+                                                         tmp_path):
+    """Two shares, one seed, both modes on the tiny dataset; run again, it reads them back."""
+    out = tmp_path / "transfer"
+    args = [sys.executable, BENCH, "--dataset", tiny_dataset, "--init-from", tiny_checkpoint,
+            "--split", "family", "--test-families", "softmax", "--val-fraction", "0.5",
+            "--shares", "0.5", "1.0", "--seeds", "0", "--max-epochs", "1", "--out", str(out),
+            "--cache-dir", str(tmp_path / "cache")]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["test_workloads"] == 1 and summary["shares"] == [0.5, 1.0]
+    assert set(summary["curves"]) == {"scratch", "finetuned"}
+    for mode in ("scratch", "finetuned"):
+        assert set(summary["curves"][mode]) == {"0.5", "1"}
+        row = summary["curves"][mode]["0.5"]
+        assert row["seeds"] == [0] and row["top1_score"]["n"] == 1
+        assert 0 <= row["top1_score"]["mean"] <= 1 and row["top1_score"]["std"] == 0.0
+        # None where undefined: a tiny model may predict the held-out workload alike (NaN tau)
+        assert row["kendall_tau"] is None or -1 <= row["kendall_tau"]["mean"] <= 1
+    runs = {(r["mode"], r["share"]): r for r in summary["runs"]}
+    assert runs["scratch", 0.5]["train_records"] == runs["finetuned", 0.5]["train_records"] \
+        < runs["scratch", 1.0]["train_records"] == runs["scratch", 1.0]["train_records_of"]
+    fine = checkpoint.read(str(out / runs["finetuned", 0.5]["checkpoint"]))["costmodel"]
+    scratch = checkpoint.read(str(out / runs["scratch", 0.5]["checkpoint"]))["costmodel"]
+    assert fine["init_from"]["path"] == tiny_checkpoint and "init_from" not in scratch
+    assert summary["source"]["metrics"]["top1_score"] is not None
+    assert (out / "transfer.png").stat().st_size > 1000
+    assert "finetuned tau" in proc.stdout and "source (no training)" in proc.stdout
+    stamps = {p: os.path.getmtime(p) for p in glob.glob(str(out / "runs" / "*" / "*" / "*"))}
+    again = subprocess.run(args, capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC,
+                           cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("read back") == 4 and "\ntraining " not in "\n" + again.stdout
+    assert stamps == {p: os.path.getmtime(p) for p in stamps}  # nothing was redone
+    assert json.loads((out / "summary.json").read_text())["curves"] == summary["curves"]
+    changed = subprocess.run(args[:-4] + ["--max-epochs", "2"] + args[-4:], capture_output=True,
+                             text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    assert_clean_error(changed, "was made with other settings (max_epochs)", prog="transfer")
