@@ -246,12 +246,12 @@ def format_table(summary: dict) -> str:
 
     def cell(row, metric):
         if row is None or row.get(metric) is None:
-            return f"{'n/a':>15}"
-        return f"{row[metric]['mean']:>7.3f} ± {row[metric]['std']:<5.3f}"
+            return f"{'n/a':>17}"
+        return f"{row[metric]['mean']:>8.3f} ± {row[metric]['std']:<6.3f}"
 
     names = {"kendall_tau": "tau", "top1_score": "top-1", "mape": "MAPE"}
     head = f"{'share':>6} {'records':>8} | " + " | ".join(
-        f"{mode + ' ' + names[m]:>15}" for mode in MODES for m in METRICS)
+        f"{mode + ' ' + names[m]:>17}" for mode in MODES for m in METRICS)
     lines = [head]
     shares = sorted({s for rows in summary["curves"].values() for s in rows}, key=float)
     for share in shares:
