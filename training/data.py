@@ -30,7 +30,8 @@ from datagen.errors import UserError
 
 SPLITS = ("shapes", "family", "network")
 RECORD_COLUMNS = ["workload_key", "family", "network", "workload_ir", "trace", "trace_hash",
-                  "status", "latency_median", "latencies", "workload_weight", "target"]
+                  "status", "latency_median", "latency_cv", "latencies", "workload_weight",
+                  "target"]
 NETWORK_SEPARATOR = ","  # a workload shared by several networks lists them all
 MIN_PER_WORKLOAD = 2  # a share keeps this many records of a workload: rank pairs need two
 
@@ -228,6 +229,9 @@ class ScheduleDataModule(L.LightningDataModule):
             normalisation is fitted on the share. For learning curves and few-shot transfer.
         share_seed: seeds the draw of `train_share` (default: `seed`), so the share can vary
             while the split stays.
+        max_cv: train only on records whose label spread at most this (`latency_cv`: std /
+            mean of the repeats of the steadier measurement); validation and test keep every
+            record. None: keep all (the default).
     """
 
     def __init__(self, dataset: str = "data/llvm-full", split: str = "shapes",
@@ -236,18 +240,21 @@ class ScheduleDataModule(L.LightningDataModule):
                  per_workload: int = 16, cache_dir: str = ".cache/features", seed: int = 0,
                  per_flop: bool = False, test_networks: list[str] | None = None,
                  normalize_per_workload: bool = False, train_share: float = 1.0,
-                 share_seed: int | None = None):
+                 share_seed: int | None = None, max_cv: float | None = None):
         super().__init__()
         if per_flop and normalize_per_workload:
             raise UserError("per_flop and normalize_per_workload exclude each other: "
                             "standardising within a workload already removes its scale")
         check_share(train_share)
+        if max_cv is not None and not max_cv > 0:
+            raise UserError(f"max_cv must be above 0 (a coefficient of variation), not {max_cv}")
         self.save_hyperparameters()
         self.normalization: Normalization | None = None
         self.frames: dict[str, pd.DataFrame] = {}
         self.sides: dict[str, list[str]] = {}
         self.train_share: dict = {}  # what the checkpoint records of the share trained on
         self.dropped = 0
+        self.noisy_dropped = 0  # training records over max_cv
 
     def setup(self, stage: str | None = None) -> None:
         from tqdm import tqdm
@@ -279,6 +286,14 @@ class ScheduleDataModule(L.LightningDataModule):
                                      hp.val_fraction, hp.seed, hp.test_networks)
         self.frames = {name: frame[frame.workload_key.isin(keys)].reset_index(drop=True)
                        for name, keys in self.sides.items()}
+        if hp.max_cv is not None:
+            train = self.frames["train"]
+            steady = train.latency_cv.astype(float) <= hp.max_cv
+            self.noisy_dropped = int((~steady).sum())
+            self.frames["train"] = train[steady].reset_index(drop=True)
+            if self.frames["train"].empty:
+                raise UserError(f"no training record of {hp.dataset} spreads at most max_cv "
+                                f"{hp.max_cv}; raise it")
         self.train_share = {"share": hp.train_share, "seed": self.share_seed,
                             "records": len(self.frames["train"]),
                             "of": len(self.frames["train"])}

@@ -146,3 +146,26 @@ def test_per_network_rows_count_a_record_for_each_network_it_lists():
     for model in report["models"].values():
         model["per_run"] = [unnamed]
     assert "## Per network" not in _markdown(report) and "## Per family" in _markdown(report)
+
+
+@pytest.mark.slow
+def test_max_cv_trains_on_steady_records_only(tiny_dataset, tmp_path):
+    from datagen.records import read_records
+    from training.data import ScheduleDataModule
+
+    kwargs = dict(dataset=tiny_dataset, split="family", test_families=["softmax"],
+                  val_fraction=0.5, cache_dir=str(tmp_path / "cache"))
+    everything = ScheduleDataModule(**kwargs)
+    everything.setup()
+    cvs = read_records(tiny_dataset, ["trace_hash", "latency_cv"]).set_index("trace_hash")
+    train_cv = cvs.latency_cv[everything.frames["train"].trace_hash]
+    threshold = float(train_cv.median())
+    steady = ScheduleDataModule(max_cv=threshold, **kwargs)
+    steady.setup()
+    assert len(steady.frames["train"]) == int((train_cv <= threshold).sum())
+    assert steady.noisy_dropped == int((train_cv > threshold).sum()) > 0
+    assert (steady.frames["train"].latency_cv <= threshold).all()
+    for side in ("val", "test"):  # evaluation keeps every record
+        assert len(steady.frames[side]) == len(everything.frames[side])
+    with pytest.raises(UserError, match="max_cv must be above 0"):
+        ScheduleDataModule(max_cv=0.0)
