@@ -42,6 +42,7 @@ from datagen.tvm_env import target_json, versions
 PENDING = "pending.parquet"
 PENDING_STATUS = "pending"
 FORMAT_VERSION = 1
+BUILD_CHUNK = 64  # candidates per builder call, for the progress bar
 
 
 def _device_type(target) -> str:
@@ -94,9 +95,16 @@ def pack(cfg: CollectConfig, out: str, progress: bool = True) -> dict:
     batch_id = uuid.uuid4().hex
     rows, candidates, size = [], [], 0
     try:
-        built = builder.build([BuilderInput(c.mod, cfg.target) for _, _, c, _ in drawn])
+        built, build_secs = [], []
+        bar = tqdm(total=len(drawn), desc="build", unit="cand", disable=not progress)
+        for start in range(0, len(drawn), BUILD_CHUNK):
+            chunk = drawn[start:start + BUILD_CHUNK]
+            built += builder.build([BuilderInput(c.mod, cfg.target) for _, _, c, _ in chunk])
+            build_secs += builder.last_build_secs
+            bar.update(len(chunk))
+        bar.close()
         for i, ((w, definition, cand, round_), res, secs) in enumerate(
-                zip(drawn, built, builder.last_build_secs)):
+                zip(drawn, built, build_secs)):
             if res.error_msg is not None:
                 status = BUILD_TIMEOUT if res.error_msg.startswith(TIMEOUT_PREFIX) else BUILD_ERROR
                 result = MeasureResult(status, [], res.error_msg[-2000:])
