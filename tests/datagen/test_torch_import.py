@@ -46,7 +46,8 @@ def test_collect_from_a_model(pt2, tmp_path):
     run_cli("collect", "--torch-model", pt2, "--out", out, "--per-workload", "2",
             "--batch-size", "2", "--no-progress", check=True)
     frame = read_records(out)
-    assert set(frame.family) <= {"conv2d", "dense"} and frame.workload_key.str.startswith("torch/").all()
+    assert frame.workload_key.str.startswith("torch/").all()
+    assert {"conv2d", "dense"} & set(frame.family)  # anchor families, not "torch"
     assert frame.workload_key.nunique() >= 2
     assert (frame.status == "ok").sum() >= 2
 
