@@ -49,7 +49,8 @@ def run_config(args, architecture: dict, mode: str, share: float, seed: int,
     """The settings `train fit` reads after the base config (--config) for one run."""
     model = {"architecture": architecture["name"], "hidden": architecture["hidden"],
              "num_layers": architecture["num_layers"], "dropout": architecture["dropout"],
-             "use_program_features": bool(architecture["num_program_features"])}
+             "use_program_features": bool(architecture["num_program_features"]),
+             "readout": architecture.get("readout", "mean_max")}
     if mode == "finetuned":
         model["init_from"] = args.init_from
         if args.finetune_lr is not None:

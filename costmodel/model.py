@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch_geometric.nn import SAGEConv, global_max_pool, global_mean_pool
+from torch_geometric.nn import SAGEConv, global_add_pool, global_max_pool, global_mean_pool
+from torch_geometric.nn.aggr import AttentionalAggregation
 
 from costmodel.registry import Registry
 
 MODELS = Registry("model")
+# graph readouts: always mean and max pooling of the node embeddings, optionally plus
+# "attention" (a learnt softmax-weighted mean) or "logsum" (log of the sum of non-negative
+# per-node cost vectors: latency adds up over statements, so a sum in log space)
+READOUTS = ("mean_max", "mean_max_attention", "mean_max_logsum")
 
 
 def create_model(architecture: dict) -> nn.Module:
@@ -29,8 +34,9 @@ class GraphSAGECostModel(nn.Module):
 
     Node inputs are an embedding of the node kind plus a projection of the numeric features.
     Each layer runs one `SAGEConv` per edge type and sums them (a typed GraphSAGE), followed
-    by a residual connection and layer norm. The readout concatenates mean and max pooling
-    and, when given, a projection of whole-program features.
+    by a residual connection and layer norm. The readout concatenates mean and max pooling,
+    optionally a third pooling (`READOUTS`), and, when given, a projection of whole-program
+    features.
 
     Args:
         num_node_kinds: size of the node-kind vocabulary.
@@ -40,6 +46,7 @@ class GraphSAGECostModel(nn.Module):
         hidden: width of node embeddings.
         num_layers: message-passing layers.
         dropout: dropout in the head.
+        readout: a name in `READOUTS`.
 
     Shapes:
         - **input:** node kinds :math:`(|V|)`, node features :math:`(|V|, F)`, edge index
@@ -50,13 +57,17 @@ class GraphSAGECostModel(nn.Module):
 
     def __init__(self, num_node_kinds: int, num_node_features: int, num_edge_types: int,
                  num_program_features: int = 0, hidden: int = 128, num_layers: int = 3,
-                 dropout: float = 0.1):
+                 dropout: float = 0.1, readout: str = "mean_max"):
         super().__init__()
+        if readout not in READOUTS:
+            raise ValueError(f"unknown readout {readout!r}; choose one of {', '.join(READOUTS)}")
         self.architecture = {
             "name": "graphsage", "num_node_kinds": num_node_kinds,
             "num_node_features": num_node_features, "num_edge_types": num_edge_types,
             "num_program_features": num_program_features, "hidden": hidden,
             "num_layers": num_layers, "dropout": dropout}
+        if readout != READOUTS[0]:  # checkpoints of the default read as they always did
+            self.architecture["readout"] = readout
         self.num_edge_types = num_edge_types
         self.kind_embedding = nn.Embedding(num_node_kinds, hidden)
         self.feature_proj = nn.Linear(num_node_features, hidden)
@@ -66,7 +77,14 @@ class GraphSAGECostModel(nn.Module):
         self.norms = nn.ModuleList(nn.LayerNorm(hidden) for _ in range(num_layers))
         self.program_proj = nn.Linear(num_program_features, hidden) \
             if num_program_features else None
-        readout = 2 * hidden + (hidden if num_program_features else 0)
+        self.pool = None
+        if readout == "mean_max_attention":
+            self.pool = AttentionalAggregation(nn.Linear(hidden, 1))
+        elif readout == "mean_max_logsum":
+            self.pool = nn.Linear(hidden, hidden)  # per-node costs, softplus then summed
+        self.readout = readout
+        readout = (3 if self.pool is not None else 2) * hidden \
+            + (hidden if num_program_features else 0)
         self.head = nn.Sequential(nn.Linear(readout, hidden), nn.ReLU(), nn.Dropout(dropout),
                                   nn.Linear(hidden, hidden // 2), nn.ReLU(),
                                   nn.Linear(hidden // 2, 1))
@@ -82,6 +100,11 @@ class GraphSAGECostModel(nn.Module):
             h = norm(h + torch.relu(msg))
         size = int(batch.max()) + 1 if batch.numel() else 0
         parts = [global_mean_pool(h, batch, size), global_max_pool(h, batch, size)]
+        if self.readout == "mean_max_attention":
+            parts.append(self.pool(h, batch, dim_size=size))
+        elif self.readout == "mean_max_logsum":
+            cost = nn.functional.softplus(self.pool(h))
+            parts.append(torch.log1p(global_add_pool(cost, batch, size)))
         if self.program_proj is not None:
             parts.append(torch.relu(self.program_proj(program)))
         return torch.cat(parts, dim=-1)

@@ -8,7 +8,7 @@ import torch
 
 from costmodel import checkpoint, featurize
 from costmodel.losses import RANK_LOSSES, cost_model_loss
-from costmodel.model import MODELS
+from costmodel.model import MODELS, READOUTS
 from datagen.errors import UserError
 from training.metrics import kendall_tau
 
@@ -16,7 +16,8 @@ from training.metrics import kendall_tau
 # the option of `train fit` that sets each architecture argument
 ARCHITECTURE_OPTIONS = {"name": "--model.architecture", "hidden": "--model.hidden",
                         "num_layers": "--model.num_layers", "dropout": "--model.dropout",
-                        "num_program_features": "--model.use_program_features"}
+                        "num_program_features": "--model.use_program_features",
+                        "readout": "--model.readout"}
 
 
 def check_same_architecture(path: str, theirs: dict, ours: dict) -> None:
@@ -43,6 +44,7 @@ class CostModelModule(L.LightningModule):
         hidden: width of node embeddings.
         num_layers: message-passing layers.
         dropout: dropout in the head.
+        readout: graph pooling, a name in `costmodel.model.READOUTS`.
         use_program_features: feed whole-program features (FLOPs, bytes, ...) to the head.
         lr: AdamW learning rate.
         weight_decay: AdamW weight decay.
@@ -60,19 +62,22 @@ class CostModelModule(L.LightningModule):
             records where it started (`init_from`, `checkpoint.provenance`).
     """
 
-    def __init__(self, architecture: str = "graphsage", hidden: int = 128, num_layers: int = 3, dropout: float = 0.1,
+    def __init__(self, architecture: str = "graphsage", hidden: int = 128, num_layers: int = 3,
+                 dropout: float = 0.1, readout: str = "mean_max",
                  use_program_features: bool = True, lr: float = 1e-3,
                  weight_decay: float = 1e-4, mse_weight: float = 1.0, rank_weight: float = 1.0,
                  rank_loss: str = "logistic", init_from: str | None = None):
         super().__init__()
         RANK_LOSSES.get(rank_loss)  # an unknown name fails here, before any data is read
+        if readout not in READOUTS:
+            raise UserError(f"unknown readout {readout!r}; choose one of {', '.join(READOUTS)}")
         self.save_hyperparameters()
         self.model = MODELS.create(
             architecture, num_node_kinds=len(featurize.VOCABULARY),
             num_node_features=featurize.NUM_NODE_FEATURES,
             num_edge_types=len(featurize.EDGE_TYPES),
             num_program_features=featurize.NUM_PROGRAM_FEATURES if use_program_features else 0,
-            hidden=hidden, num_layers=num_layers, dropout=dropout)
+            hidden=hidden, num_layers=num_layers, dropout=dropout, readout=readout)
         # with `init_from`: its normalisation and what the new checkpoint records of it
         self.source_normalization, self.source = None, None
         if init_from:

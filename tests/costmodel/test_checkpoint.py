@@ -246,3 +246,20 @@ def test_the_predictor_runs_on_the_device_asked_for(tmp_path, graphs, target):
                    "--out", str(tmp_path / "o"), prog="tune")
     assert_clean_error(proc, "sees no CUDA GPU", prog="tune")
     assert not (tmp_path / "o").exists()  # refused before any work
+
+
+def test_a_checkpoint_rebuilds_its_readout(tmp_path, graphs, target):
+    """A model with another readout travels in its architecture; one with the default has no
+    `readout` key, so checkpoints written before readouts existed read as they did."""
+    torch.manual_seed(0)
+    model = create_model({**architecture(), "readout": "mean_max_logsum"})
+    norm = Normalization.fit(graphs, np.linspace(1e-4, 2e-4, len(graphs)))
+    meta = checkpoint.describe(model, norm, target_json(target), "data/x", "shapes",
+                               {"train": ["dense/a"], "val": ["dense/b"], "test": ["dense/c"]})
+    checkpoint.save(str(tmp_path / "l.ckpt"), model, meta, {"rank_loss": "logistic"})
+    loaded = checkpoint.load(str(tmp_path / "l.ckpt"))
+    assert loaded.model.architecture["readout"] == "mean_max_logsum"
+    for name, weights in model.state_dict().items():
+        assert torch.equal(loaded.model.state_dict()[name], weights), name
+    assert "readout" not in checkpoint.load(write(tmp_path / "d.ckpt", graphs, target)) \
+        .model.architecture

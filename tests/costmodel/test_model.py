@@ -6,7 +6,7 @@ import torch
 
 from costmodel.losses import (RANK_LOSSES, cost_model_loss, delta_ndcg, hinge_pair_loss,
                                pairwise_rank_loss, rank_loss)
-from costmodel.model import GraphSAGECostModel
+from costmodel.model import READOUTS, GraphSAGECostModel
 from datagen.errors import UserError
 
 
@@ -34,14 +34,43 @@ def test_shapes_repr_and_determinism():
     assert all(p.grad is not None for p in model.parameters())
 
 
-def test_graphs_do_not_leak_into_each_other():
-    model = GraphSAGECostModel(3, 3, 2, hidden=8).eval()
+@pytest.mark.parametrize("readout", READOUTS)
+def test_graphs_do_not_leak_into_each_other(readout):
+    torch.manual_seed(0)
+    model = GraphSAGECostModel(3, 3, 2, hidden=8, readout=readout).eval()
     kinds, x, ei, et, batch = _tiny_batch()
     before = model(kinds, x, ei, et, batch)
     x2 = x.clone()
     x2[4:] += 5.0  # change only graph 1
     after = model(kinds, x2, ei, et, batch)
     assert after[0] == before[0] and after[1] != before[1]
+
+
+@pytest.mark.parametrize("readout", READOUTS[1:])
+def test_a_third_pooling_widens_the_readout_and_is_trained(readout):
+    torch.manual_seed(0)
+    model = GraphSAGECostModel(3, 3, 2, num_program_features=2, hidden=16, readout=readout)
+    assert model.architecture["readout"] == readout
+    assert "readout" not in GraphSAGECostModel(3, 3, 2).architecture  # the default: as before
+    program = torch.ones(2, 2)
+    assert model.embed(*_tiny_batch(), program).shape == (2, 4 * 16)
+    model(*_tiny_batch(), program).sum().backward()
+    assert all(p.grad is not None for p in model.pool.parameters())
+
+
+def test_the_logsum_readout_grows_with_the_program():
+    """Latency adds up over statements: a graph with more of the same nodes pools larger."""
+    torch.manual_seed(0)
+    model = GraphSAGECostModel(1, 1, 1, hidden=8, readout="mean_max_logsum").eval()
+    kinds, x = torch.zeros(6, dtype=torch.long), torch.ones(6, 1)
+    edges, types = torch.zeros(2, 0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+    pooled = model.embed(kinds, x, edges, types, torch.tensor([0, 0, 1, 1, 1, 1]))[:, 16:]
+    assert torch.all(pooled[1] > pooled[0])  # 4 identical nodes against 2
+
+
+def test_an_unknown_readout_is_refused():
+    with pytest.raises(ValueError, match="unknown readout 'sum'"):
+        GraphSAGECostModel(3, 3, 2, readout="sum")
 
 
 def test_rank_loss_on_a_hand_made_pair():
