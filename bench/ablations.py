@@ -1,0 +1,340 @@
+"""Benchmark: what each step of cost model v2 buys, scored on held-out networks.
+
+Every variant trains with `train fit` (the base config, default configs/graphsage-networks.yaml,
+plus the variant's settings) once per seed, keeps its checkpoint of best validation Kendall tau,
+and is scored on the same held-out records: every workload that occurs only in the config's
+`test_networks` (`training.data.split_workloads`). Variants (`VARIANTS`):
+
+- base: MSE on log-latency plus the pairwise logistic rank loss, every label;
+- clean: as base, trained only on labels whose repeats spread at most 5% (`--data.max_cv`);
+- listmle / lambdarank: the listwise losses in place of the pairwise one;
+- relative: targets standardised per workload (a relative score: no MAPE);
+- narrow: trained on the first dataset (`data/llvm-full`, 52 hand-picked workloads, its own
+  held-out-shapes split), scored on the same held-out networks: what the breadth bought.
+
+`--try NAME model.KEY=VALUE data.KEY=VALUE ...` adds a variant of your own (a hyperparameter
+to choose on validation), e.g. `--try wide model.hidden=256`.
+
+A variant trained with several seeds is also scored as their ensemble (mean predicted
+log-latency, `CostModelPredictor.load` of all of them). The tree baselines (MetaSchedule's
+XGBModel, TenSet's LightGBM) train once on the base split's training records. Which variant
+wins is decided on the validation workloads (the mean of the runs' best validation tau),
+never on the held-out networks: the table shows both.
+
+Writes summary.json (every run with its per-network metrics, per variant the mean and standard
+deviation over seeds, the ensembles, the baselines, the variant chosen on validation). Each run
+lives in --out/runs/VARIANT/seedS with its config, logs, checkpoint and result.json; finished
+runs are read back, so an interrupted benchmark resumes (a run made with other settings is
+refused: use another --out).
+
+    python bench/ablations.py [--variants base clean listmle lambdarank relative narrow]
+        [--seeds 0 1 2] [--max-epochs 30] [--baselines xgb lightgbm] [--out bench/results/ablations]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from transfer import read_result, write_json  # noqa: E402  (a sibling script)
+
+CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs",
+                      "graphsage-networks.yaml")
+# name -> (what it is, model settings, data settings) on top of the base config
+VARIANTS = {
+    "base": ("MSE + pairwise logistic rank loss, all labels", {}, {}),
+    "clean": ("as base, only labels with repeat spread <= 5%", {}, {"max_cv": 0.05}),
+    "listmle": ("MSE + listwise ListMLE", {"rank_loss": "listmle"}, {}),
+    "lambdarank": ("MSE + LambdaRank", {"rank_loss": "lambdarank"}, {}),
+    "relative": ("targets standardised per workload", {}, {"normalize_per_workload": True}),
+    "narrow": ("as base, trained on data/llvm-full (52 workloads)", {},
+               {"dataset": "data/llvm-full", "split": "shapes", "test_networks": None}),
+}
+METRICS = ("kendall_tau", "top1_score", "top5_score", "mape")
+NAMES = {"kendall_tau": "tau", "top1_score": "top-1", "top5_score": "top-5", "mape": "MAPE"}
+
+
+def add_tried(tried: list[list[str]] | None) -> list[str]:
+    """Register each `--try NAME model.KEY=VALUE ...` as a variant; their names.
+
+    Raises:
+        UserError: a name already taken, or a setting not of the form model.KEY=VALUE or
+            data.KEY=VALUE.
+    """
+    import yaml
+
+    from datagen.errors import UserError
+
+    names = []
+    for name, *pairs in tried or []:
+        if name in VARIANTS:
+            raise UserError(f"--try {name}: that variant exists already; name yours otherwise")
+        parts = {"model": {}, "data": {}}
+        for pair in pairs:
+            key, eq, value = pair.partition("=")
+            section, dot, field = key.partition(".")
+            if not eq or not dot or section not in parts or not field:
+                raise UserError(f"--try {name}: {pair!r} is not model.KEY=VALUE or "
+                                "data.KEY=VALUE")
+            parts[section][field] = yaml.safe_load(value)
+        VARIANTS[name] = ("tried: " + (", ".join(pairs) or "the base config"), parts["model"],
+                          parts["data"])
+        names.append(name)
+    return names
+
+
+def base_config(path: str) -> dict:
+    import yaml
+
+    with open(path) as f:
+        return yaml.safe_load(f)
+
+
+def run_config(args, variant: str, seed: int, work: str) -> dict:
+    """The settings `train fit` reads after the base config for one run."""
+    _, model, data = VARIANTS[variant]
+    checkpoint = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                  "init_args": {"dirpath": os.path.join(work, "checkpoints"), "filename": "best",
+                                "monitor": "val/kendall_tau", "mode": "max", "save_top_k": 1}}
+    logger = {"class_path": "lightning.pytorch.loggers.CSVLogger",
+              "init_args": {"save_dir": work, "name": "logs"}}
+    trainer = {"accelerator": args.accelerator, "devices": 1, "max_epochs": args.max_epochs,
+               "default_root_dir": work, "callbacks": [checkpoint], "logger": logger,
+               "enable_progress_bar": False}
+    dataset = {"dataset": args.dataset} if args.dataset else {}
+    return {"seed_everything": seed, "trainer": trainer, "model": dict(model),
+            "data": {"cache_dir": args.cache_dir, **dataset, **data}}
+
+
+def settings(args, variant: str) -> dict:
+    """What a finished run must share with this invocation to be read back."""
+    return {"config": os.path.abspath(args.config), "dataset": args.dataset,
+            "max_epochs": args.max_epochs,
+            "variant": [VARIANTS[variant][1], VARIANTS[variant][2]]}
+
+
+def train(args, variant: str, seed: int, work: str) -> tuple[str, float, float]:
+    """`train fit` for one (variant, seed) in `work`: its best checkpoint, that checkpoint's
+    validation tau and the wall-clock seconds of the whole run."""
+    import pandas as pd
+
+    from datagen.errors import UserError
+
+    shutil.rmtree(work, ignore_errors=True)  # a run that did not finish starts over
+    os.makedirs(work)
+    config = os.path.join(work, "run-config.json")
+    write_json(config, run_config(args, variant, seed, work))
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "training.cli", "fit", "--config", args.config,
+                           "--config", config], capture_output=True, text=True)
+    seconds = time.monotonic() - start
+    with open(os.path.join(work, "train.log"), "w") as f:
+        f.write(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise UserError(f"training {variant} seed {seed} failed: {last} (log: {work}/train.log)")
+    found = glob.glob(os.path.join(work, "checkpoints", "*.ckpt"))
+    logs = glob.glob(os.path.join(work, "logs", "*", "metrics.csv"))
+    if len(found) != 1 or len(logs) != 1:
+        raise UserError(f"training {variant} seed {seed} left {len(found)} checkpoints and "
+                        f"{len(logs)} logs in {work}, expected 1 of each")
+    val = pd.read_csv(logs[0])["val/kendall_tau"].max()
+    return found[0], float(val), seconds
+
+
+class HeldOut:
+    """The held-out networks' records (and the training side, for the baselines)."""
+
+    def __init__(self, args):
+        from datagen.records import read_records
+        from training.data import RECORD_COLUMNS, check_one_target, split_workloads, usable
+
+        data = base_config(args.config)["data"]
+        self.dataset = args.dataset or data["dataset"]
+        frame, _ = usable(read_records(self.dataset, RECORD_COLUMNS))
+        check_one_target(frame, self.dataset)
+        self.sides = split_workloads(frame, data.get("split", "network"),
+                                     data.get("test_fraction", 0.2),
+                                     data.get("test_families") or [],
+                                     data.get("val_fraction", 0.1), data.get("seed", 0),
+                                     data.get("test_networks"))
+        self.test = frame[frame.workload_key.isin(self.sides["test"])].reset_index(drop=True)
+        self.train = frame[frame.workload_key.isin(self.sides["train"])].reset_index(drop=True)
+        self.cache_dir = args.cache_dir
+        self.device = "cuda" if args.accelerator == "gpu" else "cpu"
+
+    def score(self, checkpoints: list[str]) -> dict:
+        """Overall and per-network metrics of one checkpoint, or several as an ensemble."""
+        from costmodel.predictor import CostModelPredictor
+        from training.evaluate import score
+
+        predictor = CostModelPredictor.load(checkpoints if len(checkpoints) > 1
+                                            else checkpoints[0],
+                                            cache_dir=self.cache_dir, device=self.device)
+        found = score(predictor, self.test)
+        return {"overall": found["overall"], "per_network": found["per_network"]}
+
+    def check(self, meta: dict, variant: str) -> None:
+        """Refuse a checkpoint that trained on held-out workloads.
+
+        Raises:
+            UserError: it did (its split differs from this one).
+        """
+        from datagen.errors import UserError
+
+        seen = set(self.sides["test"]) & (set(meta["sides"]["train"]) | set(meta["sides"]["val"]))
+        if seen:
+            raise UserError(f"{variant} trained on {len(seen)} held-out workloads; its split "
+                            "differs from the base config's")
+
+
+def spread(rows: list[dict]) -> dict:
+    """Per metric: mean and standard deviation over rows where it is defined."""
+    import numpy as np
+
+    out = {}
+    for metric in rows[0]:
+        vals = [r[metric] for r in rows if r[metric] is not None and math.isfinite(r[metric])]
+        out[metric] = {"mean": float(np.mean(vals)), "std": float(np.std(vals)),
+                       "n": len(vals)} if vals else None
+    return out
+
+
+def baseline(args, held: HeldOut, name: str) -> dict:
+    """A tree baseline trained on the base split's training records, scored once (cached)."""
+    from datagen.tvm_env import make_target
+    from training.baselines import BASELINES
+    from training.evaluate import _metrics
+
+    path = os.path.join(args.out, "baselines", f"{name}.json")
+    wanted = {"config": os.path.abspath(args.config), "dataset": held.dataset,
+              "test": len(held.test),
+              "train": len(held.train)}
+    if (found := read_result(path, wanted)) is not None:
+        return found
+    print(f"baseline {name} ...", flush=True)
+    target = make_target(json.loads(held.test.target.iloc[0]))
+    scores = next(iter(BASELINES.get(name)(held.train, held.test, target, [0])))
+    found = _metrics(held.test, -scores, latency=False)
+    result = {"settings": wanted, "overall": found["overall"],
+              "per_network": found["per_network"]}
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_json(path, result)
+    return result
+
+
+def cell(value: dict | float | None) -> str:
+    if value is None:
+        return f"{'n/a':>13}"
+    if isinstance(value, dict):
+        return f"{value['mean']:.3f} ± {value['std']:.3f}"
+    return f"{value:>13.3f}"
+
+
+def format_table(summary: dict) -> str:
+    head = f"{'variant':<22} {'val tau':>13} " + " ".join(f"{NAMES[m]:>13}" for m in METRICS)
+    lines = [head]
+    for name, row in summary["variants"].items():
+        lines.append(f"{name:<22} {cell(row['val_kendall_tau'])} "
+                     + " ".join(cell(row["test"][m]) for m in METRICS))
+        if row.get("ensemble"):
+            lines.append(f"{name + ' ensemble':<22} {'':>13} "
+                         + " ".join(cell(row["ensemble"]["overall"][m]) for m in METRICS))
+    for name, row in summary["baselines"].items():
+        lines.append(f"{name:<22} {'':>13} " + " ".join(cell(row["overall"][m]) for m in METRICS))
+    lines.append(f"chosen on validation: {summary['chosen_on_validation']}  (mean ± std over "
+                 "seeds; MAPE n/a: the model predicts no latency)")
+    return "\n".join(lines)
+
+
+def bench(args) -> int:
+    from costmodel import checkpoint
+    from datagen.errors import UserError
+
+    args.variants = list(dict.fromkeys(args.variants + add_tried(args.tried)))
+    unknown = sorted(set(args.variants) - set(VARIANTS))
+    if unknown:
+        raise UserError(f"unknown variant {unknown[0]!r}; choose from {', '.join(VARIANTS)}")
+    held = HeldOut(args)
+    os.makedirs(args.out, exist_ok=True)
+    runs, variants = [], {}
+    for variant in args.variants:
+        wanted = settings(args, variant)
+        mine = []
+        for seed in args.seeds:
+            work = os.path.join(args.out, "runs", variant, f"seed{seed}")
+            result = read_result(os.path.join(work, "result.json"), wanted)
+            if result is None:
+                print(f"training {variant}, seed {seed} ...", flush=True)
+                ckpt, val, seconds = train(args, variant, seed, work)
+                meta = checkpoint.read(ckpt)[checkpoint.META_KEY]
+                held.check(meta, variant)
+                result = {"variant": variant, "seed": seed, "settings": wanted,
+                          "checkpoint": os.path.relpath(ckpt, args.out),
+                          "train_records": meta["train_share"]["records"],
+                          "val_kendall_tau": val, "train_seconds": seconds,
+                          **held.score([ckpt])}
+                write_json(os.path.join(work, "result.json"), result)
+            else:
+                print(f"read back {variant}, seed {seed}", flush=True)
+            print(f"  {variant} seed {seed}: val tau {result['val_kendall_tau']:.3f}, held-out "
+                  + ", ".join(f"{NAMES[m]} {cell(result['overall'][m]).strip()}"
+                              for m in METRICS), flush=True)
+            mine.append(result)
+        runs += mine
+        row = {"what": VARIANTS[variant][0],
+               "val_kendall_tau": spread([{"v": r["val_kendall_tau"]} for r in mine])["v"],
+               "test": spread([r["overall"] for r in mine]),
+               "train_seconds": spread([{"s": r["train_seconds"]} for r in mine])["s"]}
+        if len(mine) > 1:
+            row["ensemble"] = held.score([os.path.join(args.out, r["checkpoint"]) for r in mine])
+        variants[variant] = row
+    if not runs:
+        raise UserError("no runs: give --variants and --seeds")
+    chosen = max(variants, key=lambda v: variants[v]["val_kendall_tau"]["mean"])
+    summary = {"config": args.config, "dataset": held.dataset,
+               "test_workloads": len(held.sides["test"]), "test_records": len(held.test),
+               "train_workloads": len(held.sides["train"]), "seeds": args.seeds,
+               "max_epochs": args.max_epochs, "variants": variants,
+               "baselines": {name: baseline(args, held, name) for name in args.baselines},
+               "chosen_on_validation": chosen, "runs": runs}
+    write_json(os.path.join(args.out, "summary.json"), summary)
+    print(f"== ablations on {held.dataset}: {summary['test_workloads']} held-out workloads, "
+          f"{summary['test_records']} records; seeds {args.seeds}, at most {args.max_epochs} "
+          "epochs ==")
+    print(format_table(summary))
+    print(f"summary.json in {args.out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from datagen.errors import run_command
+
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), help=", ".join(VARIANTS))
+    parser.add_argument("--dataset", help="train and score on this dataset instead of the base "
+                        "config's (e.g. a frozen copy while the collection grows)")
+    parser.add_argument("--try", dest="tried", nargs="+", action="append",
+                        metavar="NAME model.KEY=VALUE", help="a variant of your own")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--max-epochs", type=int, default=30)
+    parser.add_argument("--baselines", nargs="*", default=["xgb", "lightgbm"])
+    parser.add_argument("--accelerator", choices=["cpu", "gpu"], default="cpu")
+    parser.add_argument("--config", default=CONFIG, help="base `train fit` config")
+    parser.add_argument("--cache-dir", default=".cache/features")
+    parser.add_argument("--out", default="bench/results/ablations")
+    args = parser.parse_args(argv)
+    return run_command("ablations", bench, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""bench/ablations.py: variants trained through the real `train` CLI on the tiny measured
+dataset, scored on the same held-out workloads, with their ensemble and a tree baseline."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import CLI_TIMEOUT_SEC, CONFIG, assert_clean_error
+
+BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "ablations.py")
+
+
+@pytest.fixture
+def tiny_config(tiny_dataset, tmp_path) -> str:
+    """The shipped config on the tiny dataset's layout: softmax held out, a small network."""
+    with open(CONFIG) as f:
+        config = yaml.safe_load(f)
+    config["model"]["hidden"] = 16
+    config["data"].update(dataset=tiny_dataset, split="family", test_families=["softmax"],
+                          val_fraction=0.5)
+    path = tmp_path / "base.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+@pytest.mark.slow
+def test_the_ablation_bench_scores_variants_ensembles_and_a_baseline_and_resumes(
+        tiny_config, tmp_path):
+    out = tmp_path / "ablations"
+    args = [sys.executable, BENCH, "--config", tiny_config, "--variants", "base", "listmle",
+            "--seeds", "0", "1", "--max-epochs", "1", "--baselines", "xgb", "--out", str(out),
+            "--cache-dir", str(tmp_path / "cache")]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["test_workloads"] == 1 and set(summary["variants"]) == {"base", "listmle"}
+    assert summary["chosen_on_validation"] in ("base", "listmle")
+    runs = {(r["variant"], r["seed"]): r for r in summary["runs"]}
+    assert set(runs) == {(v, s) for v in ("base", "listmle") for s in (0, 1)}
+    for run in runs.values():
+        assert -1 <= run["val_kendall_tau"] <= 1 and run["train_seconds"] > 0
+        assert 0 <= run["overall"]["top1_score"] <= 1
+        assert (out / run["checkpoint"]).is_file()
+    listmle = json.loads((out / "runs" / "listmle" / "seed0" / "run-config.json").read_text())
+    assert listmle["model"]["rank_loss"] == "listmle"
+    for row in summary["variants"].values():
+        assert row["test"]["top1_score"]["n"] == 2 and row["ensemble"]["overall"]["top1_score"] >= 0
+    assert 0 <= summary["baselines"]["xgb"]["overall"]["top1_score"] <= 1
+    assert "base ensemble" in proc.stdout and "chosen on validation" in proc.stdout
+    again = subprocess.run(args, capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC,
+                           cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("read back") == 4 and "\ntraining " not in "\n" + again.stdout
+    assert "baseline xgb" not in again.stdout  # read back as well
+
+
+def test_an_unknown_variant_is_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, BENCH, "--config", CONFIG, "--variants", "bigger",
+                           "--out", str(tmp_path / "x")], capture_output=True, text=True,
+                          timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    assert_clean_error(proc, "unknown variant 'bigger'", prog="ablations")
+    assert not (tmp_path / "x").exists()
