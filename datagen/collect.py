@@ -16,10 +16,11 @@ import sys
 import time
 
 from datagen import records
+from datagen.errors import UserError
 from datagen.measure import (DEFAULT_RUN_TIMEOUT_SEC, OK, Measurer, MeasureResult, Tracker,
                              latency_stats)
 from datagen.sampler import Candidate, ScheduleSampler, derive_seed
-from datagen.tvm_env import host_cpu_model, target_json, versions
+from datagen.tvm_env import describe_target, host_cpu_model, target_json, versions
 from datagen.workloads import Workload
 
 DEFAULT_PER_WORKLOAD = 32
@@ -97,12 +98,23 @@ class CollectSummary:
 
 
 def load_state(out: str, target_text: str) -> dict[str, WorkloadState]:
-    """Per-workload state of what is committed in `out` for this target."""
+    """Per-workload state of what is committed in `out` for this target.
+
+    Raises:
+        UserError: `out` holds records of another target (a dataset holds one: a model learns
+            one target's latencies, and a host with another CPU would start every workload
+            again beside them).
+    """
     frame = records.read_records(out, columns=STATE_COLUMNS)
+    theirs = sorted(set(frame.target) - {target_text})
+    if theirs:
+        raise UserError(
+            f"{out} holds records measured for {', '.join(describe_target(t) for t in theirs)}, "
+            f"not {describe_target(target_text)} (this collection's target; an llvm target "
+            "without mcpu is this host's CPU): a dataset holds one target, so collect into "
+            "another folder (--out), or where that target runs")
     states: dict[str, WorkloadState] = {}
     for row in frame.itertuples(index=False):
-        if row.target != target_text:
-            continue
         st = states.setdefault(row.workload_key, WorkloadState())
         st.count += 1
         st.rounds = max(st.rounds, int(row.round) + 1)
@@ -171,11 +183,14 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
     # the measurer checks target and tracker before anything is written
     measurer = Measurer(cfg.target, cfg.protocol, cfg.tracker, cfg.num_threads,
                         cfg.build_workers, cfg.build_timeout, cfg.run_timeout)
+    writer = None
     try:
         writer = records.ShardWriter(cfg.out)
-        states = load_state(cfg.out, target_text)
+        states = load_state(cfg.out, target_text)  # refuses a dataset of another target
     except BaseException:
         measurer.close()
+        if writer is not None:
+            writer.close()
         raise
     ver = versions()
     context = {

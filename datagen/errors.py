@@ -8,6 +8,7 @@ traceback. Anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Callable
 
@@ -20,10 +21,16 @@ class UserError(Exception):
 
 def run_command(prog: str, func: Callable[..., Any], *args: Any) -> int:
     """`func(*args)` as the body of command `prog`: its exit status (None counts as 0), or 2
-    with one line on stderr when it raises `UserError`."""
+    with one line on stderr when it raises `UserError`. Output piped into a reader that stops
+    early (`| head`) ends quietly, as for any Unix tool."""
     try:
         status = func(*args)
     except UserError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except BrokenPipeError:
+        # the reader is gone: point stdout at /dev/null so the interpreter's final flush
+        # raises nothing either (the recipe of Python's signal documentation)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return 0 if status is None else int(status)

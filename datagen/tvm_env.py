@@ -152,6 +152,18 @@ def target_json(target) -> str:
     return json.dumps(to_python(target.export()), sort_keys=True)
 
 
+def describe_target(text: str) -> str:
+    """A short name of a target's JSON: its kind and -mcpu / -arch, e.g. "llvm -mcpu=znver4"."""
+    try:
+        target = json.loads(text)
+    except (TypeError, ValueError):
+        return str(text)[:60]
+    if not isinstance(target, dict):
+        return str(text)[:60]
+    return " ".join([str(target.get("kind", "?"))] + [f"-{k}={target[k]}" for k in ("mcpu", "arch")
+                                                       if target.get(k)])
+
+
 def versions() -> dict[str, str]:
     """Versions that decide what a measurement means: TVM, its FFI and this project."""
     import tvm

@@ -27,6 +27,7 @@ import torch
 from costmodel.normalization import Normalization
 from datagen.measure import OK
 from datagen.errors import UserError
+from datagen.tvm_env import describe_target
 
 SPLITS = ("shapes", "family", "network")
 RECORD_COLUMNS = ["workload_key", "family", "network", "workload_ir", "trace", "trace_hash",
@@ -43,18 +44,6 @@ def usable(frame: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     return frame[keep].reset_index(drop=True), int((~keep).sum())
 
 
-def _describe_target(text: str) -> str:
-    """A short name of a target's JSON: its kind and -mcpu / -arch, e.g. "llvm -mcpu=znver4"."""
-    try:
-        target = json.loads(text)
-    except (TypeError, ValueError):
-        return str(text)[:60]
-    if not isinstance(target, dict):
-        return str(text)[:60]
-    return " ".join([str(target.get("kind", "?"))] + [f"-{k}={target[k]}" for k in ("mcpu", "arch")
-                                                       if target.get(k)])
-
-
 def check_one_target(frame: pd.DataFrame, dataset: str) -> None:
     """A model learns one target's latencies: refuse records measured on several.
 
@@ -63,7 +52,7 @@ def check_one_target(frame: pd.DataFrame, dataset: str) -> None:
     """
     targets = sorted(frame.target.unique())
     if len(targets) > 1:
-        names = ", ".join(sorted({_describe_target(t) for t in targets}))
+        names = ", ".join(sorted({describe_target(t) for t in targets}))
         raise UserError(f"{dataset} mixes {len(targets)} targets ({names}); train on one target: "
                         "collect each into its own folder")
 

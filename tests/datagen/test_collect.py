@@ -106,6 +106,23 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     assert_clean_error(run_cli(*args), message)
 
 
+def test_a_dataset_of_another_target_is_refused_and_kept(tmp_path):
+    """A host with another CPU (or another --target) must not start every workload again
+    beside the records already there: a dataset holds one target."""
+    out = str(tmp_path / "ds")
+    run_cli("collect", DENSE, "--out", out, "--per-workload", "2", "--batch-size", "2",
+            "--repeat", "2", "--min-repeat-ms", "2", "--no-progress", check=True)
+    before = read_records(out)
+    host = json.loads(before.target.iloc[0])["mcpu"]
+    other = "skylake" if host != "skylake" else "znver3"
+    proc = run_cli("collect", DENSE, "--out", out, "--per-workload", "4", "--no-progress",
+                   "--target", json.dumps({"kind": "llvm", "mcpu": other}))
+    assert_clean_error(proc, f"holds records measured for llvm -mcpu={host}, not llvm "
+                             f"-mcpu={other}")
+    assert "--out" in proc.stderr
+    assert read_records(out).equals(before) and len(shard_paths(out)) == 1
+
+
 def test_bad_shards_stop_collection_and_are_kept(tmp_path):
     out = tmp_path / "ds"
     out.mkdir()

@@ -126,3 +126,19 @@ def test_compaction_keeps_every_record_once_even_when_stopped_midway(tmp_path):
             before.drop(columns="collected_at").reset_index(drop=True))
     records.ShardWriter(str(keep)).close()  # the next writer removes the replaced shards
     assert len(records.shard_paths(str(keep))) == 1
+
+
+def test_stats_piped_into_a_reader_that_stops_early_ends_quietly():
+    """`datagen stats DIR | head` is how people look at a large dataset: no traceback."""
+    import subprocess
+    import sys
+
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "data", "llvm-networks")  # 90 KB: more than a pipe holds
+    code = "import sys; from datagen.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen([sys.executable, "-c", code, "stats", root, "--by", "workload"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # the reader goes away after one line, as `head -1` does
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert first.startswith(b"dataset ") and "Traceback" not in err and "Broken" not in err, err
