@@ -73,12 +73,12 @@ def run_config(args, architecture: dict, mode: str, share: float, seed: int,
 
 def settings(args) -> dict:
     """What a finished run must share with this invocation to be read back."""
-    return {"dataset": os.path.abspath(args.dataset), "init_from": os.path.abspath(args.init_from),
+    return {"dataset": portable(args.dataset), "init_from": portable(args.init_from),
             "split": args.split, "test_fraction": args.test_fraction,
             "test_families": args.test_families, "test_networks": args.test_networks,
             "val_fraction": args.val_fraction, "split_seed": args.split_seed,
             "max_epochs": args.max_epochs, "finetune_lr": args.finetune_lr,
-            "config": os.path.abspath(args.config)}
+            "config": portable(args.config)}
 
 
 def train(args, architecture: dict, mode: str, share: float, seed: int, work: str) -> str:
@@ -103,6 +103,17 @@ def train(args, architecture: dict, mode: str, share: float, seed: int, work: st
         raise UserError(f"training {mode} share {share:g} seed {seed} left {len(found)} "
                         f"checkpoints in {work}/checkpoints, expected 1")
     return found[0]
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def portable(path: str) -> str:
+    """A path as results record it: relative to the repository when inside it (so results
+    committed from one checkout read back in another), else absolute."""
+    full = os.path.abspath(path)
+    inside = os.path.commonpath([full, REPO]) == REPO
+    return os.path.relpath(full, REPO) if inside else full
 
 
 def read_result(path: str, wanted: dict) -> dict | None:

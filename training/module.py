@@ -13,6 +13,7 @@ from datagen.errors import UserError
 from training.metrics import kendall_tau
 
 
+LR_SCHEDULES = ("constant", "cosine")
 # the option of `train fit` that sets each architecture argument
 ARCHITECTURE_OPTIONS = {"name": "--model.architecture", "hidden": "--model.hidden",
                         "num_layers": "--model.num_layers", "dropout": "--model.dropout",
@@ -47,6 +48,9 @@ class CostModelModule(L.LightningModule):
         readout: graph pooling, a name in `costmodel.model.READOUTS`.
         use_program_features: feed whole-program features (FLOPs, bytes, ...) to the head.
         lr: AdamW learning rate.
+        lr_schedule: "constant" (the default), or "cosine": the learning rate falls from `lr`
+            to 0 along a half cosine over all of training's steps (`max_epochs`), so the last
+            epochs settle instead of jumping between minima.
         weight_decay: AdamW weight decay.
         mse_weight: weight of the MSE term.
         rank_weight: weight of the rank term.
@@ -65,10 +69,14 @@ class CostModelModule(L.LightningModule):
     def __init__(self, architecture: str = "graphsage", hidden: int = 128, num_layers: int = 3,
                  dropout: float = 0.1, readout: str = "mean_max",
                  use_program_features: bool = True, lr: float = 1e-3,
-                 weight_decay: float = 1e-4, mse_weight: float = 1.0, rank_weight: float = 1.0,
+                 lr_schedule: str = "constant", weight_decay: float = 1e-4,
+                 mse_weight: float = 1.0, rank_weight: float = 1.0,
                  rank_loss: str = "logistic", init_from: str | None = None):
         super().__init__()
         RANK_LOSSES.get(rank_loss)  # an unknown name fails here, before any data is read
+        if lr_schedule not in LR_SCHEDULES:
+            raise UserError(f"unknown lr_schedule {lr_schedule!r}; choose one of "
+                            f"{', '.join(LR_SCHEDULES)}")
         if readout not in READOUTS:
             raise UserError(f"unknown readout {readout!r}; choose one of {', '.join(READOUTS)}")
         self.save_hyperparameters()
@@ -140,8 +148,14 @@ class CostModelModule(L.LightningModule):
         self._eval_epoch_end("test")
 
     def configure_optimizers(self):
-        return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr,
-                                 weight_decay=self.hparams.weight_decay)
+        optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr,
+                                      weight_decay=self.hparams.weight_decay)
+        if self.hparams.lr_schedule == "constant":
+            return optimizer
+        steps = max(1, int(self.trainer.estimated_stepping_batches))
+        cosine = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
+        return {"optimizer": optimizer,
+                "lr_scheduler": {"scheduler": cosine, "interval": "step"}}
 
     def on_save_checkpoint(self, ckpt: dict) -> None:
         """Make the checkpoint self-describing (`costmodel.checkpoint` reads it back)."""

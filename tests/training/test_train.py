@@ -227,3 +227,27 @@ def test_unknown_rank_loss_is_one_line(tiny_dataset, tmp_path):
     proc = train("--data.dataset", tiny_dataset, "--trainer.fast_dev_run", "true",
                  "--model.rank_loss", "nope", cwd=tmp_path)
     assert_clean_error(proc, "unknown rank loss 'nope'", prog="train")
+
+
+def test_a_cosine_schedule_falls_over_all_of_trainings_steps(tiny_dataset, tmp_path):
+    import math
+
+    import torch
+
+    proc = train("--data.dataset", tiny_dataset, "--trainer.max_epochs", "2",
+                 "--model.lr_schedule", "cosine", "--model.lr", "0.002", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (ckpt,) = glob.glob(str(tmp_path / "checkpoints" / "*.ckpt"))
+    (sched,) = torch.load(ckpt, weights_only=True)["lr_schedulers"]
+    steps_per_epoch = sched["T_max"] / 2  # the whole run: both epochs' steps
+    assert steps_per_epoch >= 1 and sched["T_max"] == int(sched["T_max"])
+    assert 0 < sched["last_epoch"] <= sched["T_max"]
+    expected = 0.002 * (1 + math.cos(math.pi * sched["last_epoch"] / sched["T_max"])) / 2
+    assert sched["_last_lr"][0] == pytest.approx(expected) and expected < 0.002
+
+
+def test_unknown_lr_schedule_is_one_line(tiny_dataset, tmp_path):
+    proc = train("--data.dataset", tiny_dataset, "--trainer.fast_dev_run", "true",
+                 "--model.lr_schedule", "step", cwd=tmp_path)
+    assert_clean_error(proc, "unknown lr_schedule 'step'; choose one of constant, cosine",
+                       prog="train")
