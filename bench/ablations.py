@@ -29,6 +29,7 @@ refused: use another --out).
 
     python bench/ablations.py [--variants base clean listmle lambdarank relative narrow]
         [--seeds 0 1 2] [--max-epochs 30] [--baselines xgb lightgbm] [--out bench/results/ablations]
+        [--summary summary.json]
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from transfer import read_result, write_json  # noqa: E402  (a sibling script)
+from transfer import portable, read_result, write_json  # noqa: E402  (a sibling script)
 
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs",
                       "graphsage-networks.yaml")
@@ -116,7 +117,7 @@ def run_config(args, variant: str, seed: int, work: str) -> dict:
 
 def settings(args, variant: str) -> dict:
     """What a finished run must share with this invocation to be read back."""
-    return {"config": os.path.abspath(args.config), "dataset": args.dataset,
+    return {"config": portable(args.config), "dataset": args.dataset,
             "max_epochs": args.max_epochs,
             "variant": [VARIANTS[variant][1], VARIANTS[variant][2]]}
 
@@ -215,7 +216,7 @@ def baseline(args, held: HeldOut, name: str) -> dict:
     from training.evaluate import _metrics
 
     path = os.path.join(args.out, "baselines", f"{name}.json")
-    wanted = {"config": os.path.abspath(args.config), "dataset": held.dataset,
+    wanted = {"config": portable(args.config), "dataset": held.dataset,
               "test": len(held.test),
               "train": len(held.train)}
     if (found := read_result(path, wanted)) is not None:
@@ -300,18 +301,18 @@ def bench(args) -> int:
     if not runs:
         raise UserError("no runs: give --variants and --seeds")
     chosen = max(variants, key=lambda v: variants[v]["val_kendall_tau"]["mean"])
-    summary = {"config": args.config, "dataset": held.dataset,
+    summary = {"config": portable(args.config), "dataset": held.dataset,
                "test_workloads": len(held.sides["test"]), "test_records": len(held.test),
                "train_workloads": len(held.sides["train"]), "seeds": args.seeds,
                "max_epochs": args.max_epochs, "variants": variants,
                "baselines": {name: baseline(args, held, name) for name in args.baselines},
                "chosen_on_validation": chosen, "runs": runs}
-    write_json(os.path.join(args.out, "summary.json"), summary)
+    write_json(os.path.join(args.out, args.summary), summary)
     print(f"== ablations on {held.dataset}: {summary['test_workloads']} held-out workloads, "
           f"{summary['test_records']} records; seeds {args.seeds}, at most {args.max_epochs} "
           "epochs ==")
     print(format_table(summary))
-    print(f"summary.json in {args.out}")
+    print(f"{args.summary} in {args.out}")
     return 0
 
 
@@ -332,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=CONFIG, help="base `train fit` config")
     parser.add_argument("--cache-dir", default=".cache/features")
     parser.add_argument("--out", default="bench/results/ablations")
+    parser.add_argument("--summary", default="summary.json",
+                        help="the summary's file name in --out: invocations over the same runs "
+                        "(one variant with three seeds, every variant with one) keep their own")
     args = parser.parse_args(argv)
     return run_command("ablations", bench, args)
 
