@@ -2,12 +2,14 @@
 
 Each (workload, tuner, seed) tunes into its own database folder under `out/runs/`; a finished
 one is read back instead of tuned again, so an interrupted comparison resumes where it stopped.
+A finished (workload, seed) is also kept, without its databases, in `out/pairs/`: enough to
+summarise it again, or to go on with more seeds elsewhere.
 
 Best-so-far over noisy measurements favours the tuner that drew the luckiest outlier, so after
 all tuners of a (workload, seed) have run, each tuner's best schedule at each compared budget
 (its finalist) is built again and re-measured together with the others, interleaved (A B C,
-A B C, ...), `rounds` times; tuners are compared on these re-measured latencies
-(`runs/WORKLOAD/remeasured-seedS.json`). The in-run curves give the trials-to-reach figures.
+A B C, ...), `rounds` times; tuners are compared on these re-measured latencies. The in-run
+curves give the trials-to-reach figures.
 
 The summary gives, per workload and as a geometric mean over workloads, the best in-run latency
 at each budget and the trials to reach the reference's final latency, and, per pair of tuners
@@ -40,45 +42,88 @@ def run_dir(out: str, workload_key: str, tuner: str, seed: int) -> str:
     return os.path.join(out, "runs", workload_key.replace("/", "__"), tuner, f"seed{seed}")
 
 
+def pair_file(out: str, workload_key: str, seed: int) -> str:
+    """A finished (workload, seed): every tuner's curve, finalists and re-measurements, small
+    enough to keep under version control, so a comparison resumes without its databases."""
+    return os.path.join(out, "pairs", f"{workload_key.replace('/', '__')}__seed{seed}.json")
+
+
 def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out: str, target,
                measurer, inputs: SearchInputs, trials_per_iter: int, progress: bool = True,
                remeasure_budgets: list[int] | None = None,
-               rounds: int = REMEASURE_ROUNDS) -> tuple[dict, dict]:
+               rounds: int = REMEASURE_ROUNDS,
+               tuner_trials: dict[str, int] | None = None) -> tuple[dict, dict]:
     """Tune, then re-measure the finalists; also writes results.json.
+
+    `tuner_trials` gives some tuners a smaller budget than `trials` (a tuner is re-measured
+    only at the budgets it reached). Each finished (workload, seed) is kept in `pair_file` and
+    read back from there if it covers the same tuners, budgets and rounds.
 
     Returns:
         curves: {workload key: {tuner: [latencies per trial, one list per seed]}}
         remeasured: {workload key: {budget: {tuner: [re-measured latencies, one list per
-            seed]}}}, the finalists at each of `remeasure_budgets` (default: `trials`).
+            seed]}}}, the finalists at each of `remeasure_budgets` (default: `trials`) of the
+            tuners that ran that far.
     """
     budgets = sorted(set(remeasure_budgets or [trials]))
+    runs_to = {t: min(trials, (tuner_trials or {}).get(t, trials)) for t in tuners}
     results: dict = {w.key: {t: [] for t in tuners} for w in workloads}
-    remeasured: dict = {w.key: {b: {t: [] for t in tuners} for b in budgets} for w in workloads}
+    remeasured: dict = {w.key: {b: {t: [] for t in tuners if runs_to[t] >= b} for b in budgets}
+                        for w in workloads}
+    measured_on: dict = {w.key: [] for w in workloads}
     for seed in seeds:  # seed outermost: an interrupted benchmark leaves whole seeds behind
         for w in workloads:
-            dirs = {}
+            pair = _read_pair(pair_file(out, w.key, seed), runs_to, budgets, rounds)
+            if pair is None:
+                pair = _run_pair(w, tuners, runs_to, budgets, seed, out, target, measurer,
+                                 inputs, trials_per_iter, progress, rounds)
             for tuner in tuners:
-                wd = dirs[tuner] = run_dir(out, w.key, tuner, seed)
-                curve = _finished(wd, trials)
-                if curve is None:
-                    shutil.rmtree(wd, ignore_errors=True)
-                    tune_workload(w.mod, target, tuner, trials, wd, measurer,
-                                  dataclasses.replace(inputs, seed=seed), trials_per_iter,
-                                  progress=progress, desc=f"{w.key} {tuner} s{seed}")
-                    curve = _finished(wd, 0) or []
-                    with open(os.path.join(wd, "done"), "w") as f:
-                        f.write(f"{len(curve)}\n")
-                results[w.key][tuner].append(curve)
-            finals = remeasure_finalists(w, dirs, budgets, seed, out, target, measurer, rounds)
+                results[w.key][tuner].append(pair["curves"][tuner])
             for b in budgets:
-                for tuner in tuners:
-                    remeasured[w.key][b][tuner].append(finals[str(b)][tuner])
+                for tuner in remeasured[w.key][b]:
+                    remeasured[w.key][b][tuner].append(pair["budgets"][str(b)][tuner])
+            measured_on[w.key].append(pair["target"])
     tmp = os.path.join(out, "results.json.tmp")
     with open(tmp, "w") as f:
-        json.dump({"trials": trials, "seeds": seeds, "curves": results,
-                   "remeasured": remeasured}, f)
+        json.dump({"trials": trials, "tuner_trials": runs_to, "seeds": seeds,
+                   "measured_on": measured_on, "curves": results, "remeasured": remeasured}, f)
     os.replace(tmp, os.path.join(out, "results.json"))
     return results, remeasured
+
+
+def _read_pair(path: str, runs_to: dict[str, int], budgets: list[int], rounds: int):
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        pair = json.load(f)
+    same = pair.get("rounds") == rounds and pair.get("tuner_trials") == runs_to and \
+        all(str(b) in pair["budgets"] for b in budgets)
+    return pair if same else None
+
+
+def _run_pair(w, tuners, runs_to, budgets, seed, out, target, measurer, inputs,
+              trials_per_iter, progress, rounds) -> dict:
+    dirs, curves = {}, {}
+    for tuner in tuners:
+        wd = dirs[tuner] = run_dir(out, w.key, tuner, seed)
+        curve = _finished(wd, runs_to[tuner])
+        if curve is None:
+            shutil.rmtree(wd, ignore_errors=True)
+            tune_workload(w.mod, target, tuner, runs_to[tuner], wd, measurer,
+                          dataclasses.replace(inputs, seed=seed), trials_per_iter,
+                          progress=progress, desc=f"{w.key} {tuner} s{seed}")
+            curve = _finished(wd, 0) or []
+            with open(os.path.join(wd, "done"), "w") as f:
+                f.write(f"{len(curve)}\n")
+        curves[tuner] = curve
+    pair = remeasure_finalists(w, dirs, runs_to, budgets, target, measurer, rounds)
+    pair.update(curves=curves, tuner_trials=runs_to, target=str(target))
+    path = pair_file(out, w.key, seed)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(f"{path}.tmp", "w") as f:
+        json.dump(pair, f)
+    os.replace(f"{path}.tmp", path)
+    return pair
 
 
 def _finalist(work_dir: str, budget: int) -> str | None:
@@ -98,26 +143,17 @@ def _finalist(work_dir: str, budget: int) -> str | None:
     return trace
 
 
-def remeasure_finalists(workload, dirs: dict[str, str], budgets: list[int], seed: int, out: str,
-                        target, measurer, rounds: int) -> dict:
-    """{budget: {tuner: re-measured latencies}} of every tuner's finalist at each budget, all
-    measured together, interleaved; read back if this (workload, seed) was done before.
+def remeasure_finalists(workload, dirs: dict[str, str], runs_to: dict[str, int],
+                        budgets: list[int], target, measurer, rounds: int) -> dict:
+    """{"rounds", "budgets": {budget: {tuner: re-measured latencies}}, "finalists"}: every
+    tuner's finalist at each budget it reached, all measured together, interleaved.
 
     A tuner without a successful trial gets [inf]; a finalist that fails now counts as inf.
     """
     from datagen.sampler import replay
 
-    path = os.path.join(os.path.dirname(os.path.dirname(next(iter(dirs.values())))),
-                        f"remeasured-seed{seed}.json")
-    done = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            done = json.load(f)
-        if done.get("rounds") == rounds and all(str(b) in done["budgets"] and
-                                                set(dirs) <= set(done["budgets"][str(b)])
-                                                for b in budgets):
-            return done["budgets"]
-    finalists = {(b, t): _finalist(wd, b) for b in budgets for t, wd in dirs.items()}
+    finalists = {(b, t): _finalist(wd, b) for b in budgets for t, wd in dirs.items()
+                 if runs_to[t] >= b}
     traces = sorted({tr for tr in finalists.values() if tr is not None})
     latencies = {}
     if traces:
@@ -125,14 +161,11 @@ def remeasure_finalists(workload, dirs: dict[str, str], budgets: list[int], seed
         runs = measurer.remeasure(mods, rounds)
         for tr, results in zip(traces, runs):
             latencies[tr] = [r.median if r.median is not None else math.inf for r in results]
-    out_budgets = {str(b): {t: latencies.get(finalists[(b, t)], [math.inf]) for t in dirs}
+    out_budgets = {str(b): {t: latencies.get(finalists[(b, t)], [math.inf]) for t in dirs
+                            if (b, t) in finalists}
                    for b in budgets}
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump({"rounds": rounds, "budgets": out_budgets,
-                   "finalists": {f"{t}@{b}": finalists[(b, t)] for (b, t) in finalists}}, f)
-    os.replace(tmp, path)
-    return out_budgets
+    return {"rounds": rounds, "budgets": out_budgets,
+            "finalists": {f"{t}@{b}": finalists[(b, t)] for (b, t) in finalists}}
 
 
 def _finished(work_dir: str, trials: int) -> list[float] | None:
@@ -163,22 +196,27 @@ def _geomean(values) -> float:
         np.all(np.isfinite(values)) else math.inf
 
 
-def summarize(results: dict, remeasured: dict, budgets: list[int], trials: int) -> dict:
+def summarize(results: dict, remeasured: dict, budgets: list[int], trials: int,
+              tuner_trials: dict[str, int] | None = None) -> dict:
     """In-run best latency per budget, re-measured finalists, trials to reach the reference's
     best, per workload and over workloads, and the paired statistics of `paired_stats`.
 
     Per workload and tuner: the median over seeds. Over workloads: the geometric mean of the
     latencies and the median of the trials to reach. `to_reach` compares each seed with the
-    reference's run of the same seed (inf: never reached within the budget).
+    reference's run of the same seed (inf: never reached within the budget). A tuner given a
+    smaller budget in `tuner_trials` has no figures at the budgets beyond it.
     """
     summary: dict = {"budgets": budgets, "workloads": {}, "geomean": {}}
     for key, by_tuner in results.items():
         ref = by_tuner.get(REFERENCE)
         rows = {}
         for tuner, curves in by_tuner.items():
-            row = {f"best@{b}": _median([_best_at(c, b) for c in curves]) for b in budgets}
+            runs_to = (tuner_trials or {}).get(tuner, trials)
+            row = {f"best@{b}": _median([_best_at(c, b) for c in curves]) for b in budgets
+                   if b <= runs_to}
             for b, finals in remeasured.get(key, {}).items():
-                row[f"remeasured@{b}"] = _median([_median(f) for f in finals[tuner]])
+                if tuner in finals:
+                    row[f"remeasured@{b}"] = _median([_median(f) for f in finals[tuner]])
             if ref:
                 row["to_reach"] = _median([
                     _trials_to_reach(c, _best_at(r, trials)) for c, r in zip(curves, ref)])
@@ -220,6 +258,9 @@ def paired_stats(results: dict, remeasured: dict, trials: int, seed: int = 0) ->
     for ours in [t for t in OURS if t in tuners]:
         for base in [t for t in tuners if t != ours]:
             for b_ours, b_base in combos:
+                if any(ours not in remeasured[k][b_ours] or base not in remeasured[k][b_base]
+                       for k in keys):
+                    continue  # one of them did not run that far
                 pairs = []
                 for key in keys:
                     mine = remeasured[key][b_ours][ours]
@@ -265,8 +306,8 @@ def format_summary(summary: dict, descriptions: dict[str, str] | None = None) ->
     """Plain-text tables (per workload, then the geometric mean) and the paired statistics;
     with `descriptions`, first a line on what each tuner is."""
     budgets = summary["budgets"]
-    first = next(iter(summary["geomean"].values()), {})
-    remeasured = [k for k in first if k.startswith("remeasured@")]
+    remeasured = sorted({k for row in summary["geomean"].values() for k in row
+                         if k.startswith("remeasured@")}, key=lambda k: int(k.split("@")[1]))
     head = f"{'tuner':<18}" + "".join(f"{f'best@{b} (us)':>15}" for b in budgets) + \
         "".join(f"{k.replace('remeasured', 're-measured') + ' (us)':>22}" for k in remeasured) + \
         f"{'trials to reach ' + REFERENCE + '@max':>32}"
@@ -277,8 +318,11 @@ def format_summary(summary: dict, descriptions: dict[str, str] | None = None) ->
         lines += [""]
 
     def fmt_row(tuner, row):
-        cells = "".join(f"{row[f'best@{b}'] * 1e6:>15.1f}" for b in budgets)
-        cells += "".join(f"{row[k] * 1e6:>22.1f}" for k in remeasured)
+        def cell(key, width):  # a tuner given a smaller budget has no figure at a larger one
+            return f"{row[key] * 1e6:>{width}.1f}" if key in row else f"{'-':>{width}}"
+
+        cells = "".join(cell(f"best@{b}", 15) for b in budgets)
+        cells += "".join(cell(k, 22) for k in remeasured)
         reach = row.get("to_reach")
         text = "" if reach is None else _fmt_trials(reach)
         if "reached" in row:

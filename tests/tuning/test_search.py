@@ -1,6 +1,8 @@
 """The BO surrogate's posterior, the acquisition functions and the registries of tuning
 pieces, on numbers made here (no tuning run; see test_tune.py for those)."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -86,3 +88,24 @@ def test_paired_statistics_on_hand_made_runs():
     assert 0.9 <= lo <= row["geomean_ratio"] <= hi <= 1.05
     # bo's in-run curve reaches ms-default's 1.5 at its second trial
     assert row["to_reach_median"] == 2 and row["reached"] == "4/4"
+
+
+def test_a_tuner_with_a_smaller_budget_is_compared_only_where_it_ran():
+    from tuning.compare import format_summary, paired_stats, summarize
+
+    # bo ran 2 trials, ms-default 4: bo@2 is compared with ms-default@2 and @4, never bo@4
+    curves = {"a": {"bo": [[3.0, 1.0]], "ms-default": [[2.0, 1.5, 1.2, 0.8]]}}
+    remeasured = {"a": {2: {"bo": [[1.0] * 3], "ms-default": [[1.5] * 3]},
+                        4: {"ms-default": [[0.8] * 3]}}}
+    rows = paired_stats(curves, remeasured, trials=4)
+    assert [(r["ours_budget"], r["baseline_budget"]) for r in rows] == [(2, 2), (2, 4)]
+    assert rows[0]["geomean_ratio"] == pytest.approx(1 / 1.5)
+    assert rows[1]["geomean_ratio"] == pytest.approx(1 / 0.8)
+    assert rows[1]["to_reach_median"] == math.inf  # bo's 2 trials never reach 0.8
+    summary = summarize(curves, remeasured, [2, 4], 4, {"bo": 2, "ms-default": 4})
+    bo = summary["workloads"]["a"]["bo"]
+    assert "best@4" not in bo and "remeasured@4" not in bo and bo["remeasured@2"] == 1.0
+    text = format_summary(summary)
+    assert "bo@2 / ms-default@4: ratio 1.250" in text
+    bo_row = next(line for line in text.splitlines() if line.startswith("bo "))
+    assert bo_row.split()[1:5] == ["1000000.0", "-", "1000000.0", "-"]

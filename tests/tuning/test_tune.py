@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -174,18 +175,24 @@ def test_tune_compare_against_pretrained_xgb_with_remeasured_finalists(tiny_chec
     row = paired[("bo", "ms-default")]
     assert row["n"] == 1 and row["wins"] + row["ties"] + row["losses"] == 1
     # every finalist was re-measured 3 times, all together
-    (remeasured,) = out.glob("runs/*/remeasured-seed0.json")
-    data = json.loads(remeasured.read_text())
+    (pair,) = out.glob("pairs/*__seed0.json")
+    data = json.loads(pair.read_text())
     assert data["rounds"] == 3 and all(len(v) == 3 for v in data["budgets"]["8"].values())
+    assert json.loads(data["target"])["kind"] == "llvm" and set(data["curves"]) == set(tuners)
     # the pretrained XGBModel was fitted on the checkpoint's training records and cached
     assert len(list((out / "cache").glob("xgb-pretrained-*.xgb.npz"))) == 1
     assert (out / "curves.png").exists()
     # a finished comparison is read back, not tuned or re-measured again
-    files = sorted(out.glob("runs/**/database_tuning_record.json")) + [remeasured]
+    files = sorted(out.glob("runs/**/database_tuning_record.json")) + [pair]
     before = [p.read_bytes() for p in files]
     run_cli(*args, prog="tune", check=True)
     assert json.loads((out / "summary.json").read_text()) == summary
     assert len(files) == 4 and [p.read_bytes() for p in files] == before
+    # and from its pair file alone, without the databases (as in a fresh clone of results)
+    shutil.rmtree(out / "runs")
+    run_cli(*args, prog="tune", check=True)
+    assert json.loads((out / "summary.json").read_text()) == summary
+    assert not (out / "runs").exists()
 
 
 class TinyMLP(torch.nn.Module):
