@@ -29,7 +29,7 @@ from datagen.measure import OK
 from datagen.errors import UserError
 from datagen.tvm_env import describe_target
 
-SPLITS = ("shapes", "family", "network")
+SPLITS = ("shapes", "family", "network", "all")
 RECORD_COLUMNS = ["workload_key", "family", "network", "workload_ir", "trace", "trace_hash",
                   "status", "latency_median", "latency_cv", "latencies", "workload_weight",
                   "target"]
@@ -100,6 +100,8 @@ def split_workloads(frame: pd.DataFrame, split: str, test_fraction: float,
             raise UserError(f"test_families {unknown or test_families} not in the dataset "
                             f"(families: {', '.join(sorted(families.index))})")
         test = sorted(k for fam in test_families for k in families[fam])
+    elif split == "all":  # the model that ships: every workload trains or validates
+        test = []
     else:
         raise UserError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
     rest = sorted(set(frame.workload_key) - set(test))
@@ -107,7 +109,8 @@ def split_workloads(frame: pd.DataFrame, split: str, test_fraction: float,
     val = [str(k) for k in rng.permutation(rest)[:n_val]]
     sides = {"train": sorted(set(rest) - set(val)), "val": sorted(val), "test": sorted(test)}
     empty = [name for name, keys in sides.items()
-             if not keys and (name != "val" or val_fraction > 0)]
+             if not keys and (name != "val" or val_fraction > 0) and
+             (name != "test" or split != "all")]
     if empty:
         raise UserError(f"split {split!r} leaves {', '.join(empty)} empty "
                         f"({frame.workload_key.nunique()} workloads); change the fractions "
@@ -194,8 +197,9 @@ class ScheduleDataModule(L.LightningDataModule):
 
     Args:
         dataset: dataset folder written by `datagen collect`.
-        split: "shapes" (held-out workloads of every family), "family" (held-out families)
-            or "network" (held-out networks).
+        split: "shapes" (held-out workloads of every family), "family" (held-out families),
+            "network" (held-out networks) or "all" (nothing held out for testing: the model
+            that ships, evaluated through checkpoints of the other splits).
         test_fraction: share of each family's workloads held out ("shapes").
         test_families: families held out ("family").
         test_networks: networks held out ("network").

@@ -186,6 +186,10 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
                                 seed)
     test = frame[frame.workload_key.isin(sides["test"])].reset_index(drop=True)
     train = frame[frame.workload_key.isin(sides["train"])].reset_index(drop=True)
+    if test.empty and split == "all":
+        raise UserError(f"{checkpoints[0]} was trained on every workload (split all) and has "
+                        "none held out; evaluate it with --split shapes, family or network on "
+                        "a dataset it did not train on, or evaluate a checkpoint of that split")
     if test.empty or train.empty:
         raise UserError(f"the {split} split leaves {'test' if test.empty else 'train'} empty "
                         f"in {dataset}")

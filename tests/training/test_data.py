@@ -65,6 +65,13 @@ def test_network_split_holds_out_networks_but_not_shared_workloads():
         split_workloads(data, "layers", 0.2, [], 0.2, 0)
 
 
+def test_the_all_split_holds_nothing_out():
+    data = frame()
+    sides = split_workloads(data, "all", 0.2, [], 0.2, 0)
+    assert sides["test"] == [] and sides["val"]
+    assert sorted(sides["train"] + sides["val"]) == sorted(set(data.workload_key))
+
+
 def test_evaluation_sides_follow_what_is_asked():
     data = frame()
     own = split_workloads(data, "shapes", 0.34, [], 0.2, 0)
