@@ -9,7 +9,7 @@ import os
 
 from datagen.errors import UserError
 
-DEFAULT = "graphsage.ckpt"
+DEFAULT = "graphsage-v2.ckpt"
 
 
 def path(name: str = DEFAULT) -> str:

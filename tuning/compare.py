@@ -22,6 +22,7 @@ with a paired bootstrap 95% interval, and the trials to reach the baseline's fin
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -57,7 +58,7 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
 
     `tuner_trials` gives some tuners a smaller budget than `trials` (a tuner is re-measured
     only at the budgets it reached). Each finished (workload, seed) is kept in `pair_file` and
-    read back from there if it covers the same tuners, budgets and rounds.
+    read back from there if it covers the same tuners, budgets, rounds and models.
 
     Returns:
         curves: {workload key: {tuner: [latencies per trial, one list per seed]}}
@@ -71,58 +72,82 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
     remeasured: dict = {w.key: {b: {t: [] for t in tuners if runs_to[t] >= b} for b in budgets}
                         for w in workloads}
     measured_on: dict = {w.key: [] for w in workloads}
+    models = model_ids(inputs)
     for seed in seeds:  # seed outermost: an interrupted benchmark leaves whole seeds behind
         for w in workloads:
-            pair = _read_pair(pair_file(out, w.key, seed), runs_to, budgets, rounds)
+            pair = _read_pair(pair_file(out, w.key, seed), runs_to, budgets, rounds, models)
             if pair is None:
                 pair = _run_pair(w, tuners, runs_to, budgets, seed, out, target, measurer,
-                                 inputs, trials_per_iter, progress, rounds)
+                                 inputs, trials_per_iter, progress, rounds, models)
+                pair["models"] = models
+                _write_json(pair_file(out, w.key, seed), pair)
             for tuner in tuners:
                 results[w.key][tuner].append(pair["curves"][tuner])
             for b in budgets:
                 for tuner in remeasured[w.key][b]:
                     remeasured[w.key][b][tuner].append(pair["budgets"][str(b)][tuner])
             measured_on[w.key].append(pair["target"])
-    tmp = os.path.join(out, "results.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump({"trials": trials, "tuner_trials": runs_to, "seeds": seeds,
-                   "measured_on": measured_on, "curves": results, "remeasured": remeasured}, f)
-    os.replace(tmp, os.path.join(out, "results.json"))
+    _write_json(os.path.join(out, "results.json"),
+                {"trials": trials, "tuner_trials": runs_to, "seeds": seeds,
+                 "measured_on": measured_on, "curves": results, "remeasured": remeasured})
     return results, remeasured
 
 
-def _read_pair(path: str, runs_to: dict[str, int], budgets: list[int], rounds: int):
+def model_ids(inputs: SearchInputs) -> dict:
+    """The models the tuners search with (file names and SHA-256): a pair run with other
+    models is not read back."""
+    def ident(path):
+        with open(path, "rb") as f:
+            return {"file": os.path.basename(path), "sha256": hashlib.sha256(f.read()).hexdigest()}
+
+    ids = {}
+    if inputs.predictor is not None:
+        ids["checkpoints"] = [ident(m.path) for m in inputs.predictor.members]
+    if inputs.pretrained_xgb:
+        ids["pretrained_xgb"] = ident(inputs.pretrained_xgb)
+    return ids
+
+
+def _read_pair(path: str, runs_to: dict[str, int], budgets: list[int], rounds: int,
+               models: dict):
     if not os.path.exists(path):
         return None
     with open(path) as f:
         pair = json.load(f)
     same = pair.get("rounds") == rounds and pair.get("tuner_trials") == runs_to and \
-        all(str(b) in pair["budgets"] for b in budgets)
+        pair.get("models") == models and all(str(b) in pair["budgets"] for b in budgets)
     return pair if same else None
 
 
+def _write_json(path: str, data: dict) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(f"{path}.tmp", "w") as f:
+        json.dump(data, f)
+    os.replace(f"{path}.tmp", path)
+
+
 def _run_pair(w, tuners, runs_to, budgets, seed, out, target, measurer, inputs,
-              trials_per_iter, progress, rounds) -> dict:
+              trials_per_iter, progress, rounds, models) -> dict:
+    from tuning.tuner import TUNERS
+
     dirs, curves = {}, {}
     for tuner in tuners:
         wd = dirs[tuner] = run_dir(out, w.key, tuner, seed)
-        curve = _finished(wd, runs_to[tuner])
+        spec = TUNERS.get(tuner)
+        uses = {k: v for k, v in models.items()  # a run tuned with other models is done again
+                if (k == "checkpoints" and spec.needs_checkpoint) or
+                (k == "pretrained_xgb" and spec.needs_pretrained_xgb)}
+        curve = _finished(wd, runs_to[tuner], uses)
         if curve is None:
             shutil.rmtree(wd, ignore_errors=True)
             tune_workload(w.mod, target, tuner, runs_to[tuner], wd, measurer,
                           dataclasses.replace(inputs, seed=seed), trials_per_iter,
                           progress=progress, desc=f"{w.key} {tuner} s{seed}")
             curve = _finished(wd, 0) or []
-            with open(os.path.join(wd, "done"), "w") as f:
-                f.write(f"{len(curve)}\n")
+            _write_json(os.path.join(wd, "done"), {"trials": len(curve), "models": uses})
         curves[tuner] = curve
     pair = remeasure_finalists(w, dirs, runs_to, budgets, target, measurer, rounds)
     pair.update(curves=curves, tuner_trials=runs_to, target=str(target))
-    path = pair_file(out, w.key, seed)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(f"{path}.tmp", "w") as f:
-        json.dump(pair, f)
-    os.replace(f"{path}.tmp", path)
     return pair
 
 
@@ -168,10 +193,17 @@ def remeasure_finalists(workload, dirs: dict[str, str], runs_to: dict[str, int],
             "finalists": {f"{t}@{b}": finalists[(b, t)] for (b, t) in finalists}}
 
 
-def _finished(work_dir: str, trials: int) -> list[float] | None:
-    """The run's latencies if it finished (its design space may hold fewer than `trials`)."""
-    if trials and not os.path.exists(os.path.join(work_dir, "done")):
-        return None
+def _finished(work_dir: str, trials: int, models: dict | None = None) -> list[float] | None:
+    """The run's latencies if it finished with these models (its design space may hold fewer
+    than `trials`); with `trials` 0, whatever it measured."""
+    if trials:
+        try:
+            with open(os.path.join(work_dir, "done")) as f:
+                done = json.load(f)
+        except (OSError, ValueError):
+            return None
+        if not isinstance(done, dict) or done.get("models") != (models or {}):
+            return None
     curves = read_curve(work_dir)
     return next(iter(curves.values()), [])
 

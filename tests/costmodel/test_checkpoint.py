@@ -181,13 +181,17 @@ def test_an_ensemble_averages_log_latency(tmp_path, graphs, target):
 def test_the_shipped_checkpoints_are_current_and_installed():
     from costmodel import checkpoints
 
-    for name in ("graphsage.ckpt", "graphsage-family-depthwise.ckpt"):
+    for name in ("graphsage-v2.ckpt", "graphsage.ckpt", "graphsage-family-depthwise.ckpt"):
         ckpt = checkpoint.load(checkpoints.path(name), target_kind="llvm")
         assert ckpt.meta["format_version"] == checkpoint.FORMAT_VERSION
-        # written before per-workload normalisation existed: they predict latency
-        assert "per_workload" not in ckpt.meta["normalization"] and ckpt.predicts_latency
+        # none is trained with per-workload normalisation: they predict latency
+        assert not ckpt.meta["normalization"].get("per_workload") and ckpt.predicts_latency
         assert CostModelPredictor.load(checkpoints.path(name)).predicts_latency
-    assert checkpoints.path() == checkpoints.path("graphsage.ckpt")
+    # tune's default is trained on every workload of the network dataset, nothing held out
+    default = checkpoint.load(checkpoints.path())
+    assert os.path.basename(checkpoints.path()) == "graphsage-v2.ckpt"
+    assert default.meta["split"] == "all" and not default.meta["sides"]["test"]
+    assert os.path.isfile(checkpoints.path().replace(".ckpt", ".xgb.npz"))
     with pytest.raises(UserError, match="missing from this installation"):
         checkpoints.path("nope.ckpt")
 

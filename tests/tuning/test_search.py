@@ -109,3 +109,24 @@ def test_a_tuner_with_a_smaller_budget_is_compared_only_where_it_ran():
     assert "bo@2 / ms-default@4: ratio 1.250" in text
     bo_row = next(line for line in text.splitlines() if line.startswith("bo "))
     assert bo_row.split()[1:5] == ["1000000.0", "-", "1000000.0", "-"]
+
+
+def test_runs_and_pairs_of_other_models_are_not_read_back(tmp_path):
+    import json
+
+    from tuning.compare import _finished, _read_pair
+
+    mine = {"checkpoints": [{"file": "a.ckpt", "sha256": "1"}]}
+    other = {"checkpoints": [{"file": "a.ckpt", "sha256": "2"}]}
+    (tmp_path / "done").write_text(json.dumps({"trials": 0, "models": mine}))
+    assert _finished(str(tmp_path), 8, mine) == []
+    assert _finished(str(tmp_path), 8, other) is None
+    (tmp_path / "done").write_text("8\n")  # a run that did not say which models it used
+    assert _finished(str(tmp_path), 8, mine) is None
+    pair = {"rounds": 3, "tuner_trials": {"bo": 8}, "models": mine, "budgets": {"8": {}}}
+    (tmp_path / "pair.json").write_text(json.dumps(pair))
+    path = str(tmp_path / "pair.json")
+    assert _read_pair(path, {"bo": 8}, [8], 3, mine) == pair
+    assert _read_pair(path, {"bo": 8}, [8], 3, other) is None
+    assert _read_pair(path, {"bo": 16}, [8], 3, mine) is None
+    assert _read_pair(path, {"bo": 8}, [8, 16], 3, mine) is None
