@@ -77,16 +77,20 @@ def part(name, workloads, checkpoint, args, target, measurer) -> None:
     results, remeasured = run_curves(
         resolve(workloads), tuners, trials, args.seeds, out, target, measurer,
         SearchInputs(predictor, pretrained_xgb=xgb), args.trials_per_iter,
-        remeasure_budgets=args.trials, tuner_trials=tuner_trials)
+        remeasure_budgets=args.trials, tuner_trials=tuner_trials, finished_only=args.report)
+    if not results:
+        raise SystemExit(f"{name}: no finished (workload, seed) pair in {out}/pairs yet")
     budgets = sorted({16, 32, *args.trials})
     summary = summarize(results, remeasured, budgets, trials, tuner_trials)
     with open(os.path.join(out, "results.json")) as f:
-        summary["measured_on"] = sorted({describe_target(t) for per_seed in json.load(f)["measured_on"].values()
-                                         for t in per_seed})
+        done = json.load(f)
+    summary["measured_on"] = sorted({describe_target(t) for per_seed in
+                                     done["measured_on"].values() for t in per_seed})
+    summary["pair_seeds"] = done["pair_seeds"]
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     plot_curves(results, os.path.join(out, "curves.png"))
-    print(f"== {name}: {len(workloads)} workloads, seeds {args.seeds}, "
+    print(f"== {name}: {len(results)} of {len(workloads)} workloads, seeds {args.seeds}, "
           f"{args.trials_per_iter} trials per round, measured on {summary['measured_on']} ==")
     print(format_summary(summary, {t: REGISTRY.get(t).description for t in tuners}))
     print()
@@ -164,6 +168,8 @@ def main() -> None:
                         help="the tuners that run to the largest budget; the others stop at "
                         "the smallest (default: %(default)s)")
     parser.add_argument("--ytopt", action="store_true", help="also the ytopt-style tuner")
+    parser.add_argument("--report", action="store_true", help="tune nothing: summarise the "
+                        "(workload, seed) pairs finished so far (parts shapes and family)")
     parser.add_argument("--family-checkpoint", help="a checkpoint trained with depthwise_conv2d "
                         "held out (part 2 is skipped without it)")
     parser.add_argument("--network-trials", type=int, default=96)
@@ -184,7 +190,7 @@ def main() -> None:
         if "family" in args.parts and args.family_checkpoint:
             part("tuning-family", FAMILY_WORKLOADS, args.family_checkpoint, args, target,
                  measurer)
-        if "network" in args.parts:
+        if "network" in args.parts and not args.report:
             end_to_end(args, target, measurer)
     finally:
         measurer.close()

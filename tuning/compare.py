@@ -53,8 +53,13 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
                measurer, inputs: SearchInputs, trials_per_iter: int, progress: bool = True,
                remeasure_budgets: list[int] | None = None,
                rounds: int = REMEASURE_ROUNDS,
-               tuner_trials: dict[str, int] | None = None) -> tuple[dict, dict]:
+               tuner_trials: dict[str, int] | None = None,
+               finished_only: bool = False) -> tuple[dict, dict]:
     """Tune, then re-measure the finalists; also writes results.json.
+
+    With `finished_only`, nothing is tuned: only the (workload, seed) pairs already in
+    `pair_file` are read (a workload without any is left out), for a report of a comparison
+    still under way.
 
     `tuner_trials` gives some tuners a smaller budget than `trials` (a tuner is re-measured
     only at the budgets it reached). Each finished (workload, seed) is kept in `pair_file` and
@@ -72,10 +77,13 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
     remeasured: dict = {w.key: {b: {t: [] for t in tuners if runs_to[t] >= b} for b in budgets}
                         for w in workloads}
     measured_on: dict = {w.key: [] for w in workloads}
+    pair_seeds: dict = {w.key: [] for w in workloads}
     models = model_ids(inputs)
     for seed in seeds:  # seed outermost: an interrupted benchmark leaves whole seeds behind
         for w in workloads:
             pair = _read_pair(pair_file(out, w.key, seed), runs_to, budgets, rounds, models)
+            if pair is None and finished_only:
+                continue
             if pair is None:
                 pair = _run_pair(w, tuners, runs_to, budgets, seed, out, target, measurer,
                                  inputs, trials_per_iter, progress, rounds, models)
@@ -87,9 +95,12 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
                 for tuner in remeasured[w.key][b]:
                     remeasured[w.key][b][tuner].append(pair["budgets"][str(b)][tuner])
             measured_on[w.key].append(pair["target"])
+            pair_seeds[w.key].append(seed)
+    for key in [k for k, seeds_done in pair_seeds.items() if not seeds_done]:
+        del results[key], remeasured[key], measured_on[key], pair_seeds[key]
     _write_json(os.path.join(out, "results.json"),
                 {"trials": trials, "tuner_trials": runs_to, "seeds": seeds,
-                 "measured_on": measured_on, "curves": results, "remeasured": remeasured})
+                 "pair_seeds": pair_seeds, "measured_on": measured_on, "curves": results, "remeasured": remeasured})
     return results, remeasured
 
 

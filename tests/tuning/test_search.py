@@ -2,6 +2,7 @@
 pieces, on numbers made here (no tuning run; see test_tune.py for those)."""
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -130,3 +131,32 @@ def test_runs_and_pairs_of_other_models_are_not_read_back(tmp_path):
     assert _read_pair(path, {"bo": 8}, [8], 3, other) is None
     assert _read_pair(path, {"bo": 16}, [8], 3, mine) is None
     assert _read_pair(path, {"bo": 8}, [8, 16], 3, mine) is None
+
+
+def test_a_report_reads_finished_pairs_and_tunes_nothing(tmp_path):
+    import json
+
+    from datagen.workloads import resolve
+    from tuning.compare import pair_file, run_curves
+    from tuning.tuner import SearchInputs
+
+    done, waiting = resolve(["dense/m128_n768_k768", "softmax/rows1536_cols128"])
+    pair = {"rounds": 2, "tuner_trials": {"bo": 4, "random": 8}, "models": {},
+            "target": "{}", "curves": {"bo": [3.0, 2.0, 2.0, 1.0], "random": [4.0] * 8},
+            "budgets": {"4": {"bo": [1.0, 1.1], "random": [4.0, 4.1]},
+                        "8": {"random": [4.0, 4.0]}}}
+    path = pair_file(str(tmp_path), done.key, 1)
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w") as f:
+        json.dump(pair, f)
+    # no measurer: tuning anything would fail
+    results, remeasured = run_curves([done, waiting], ["bo", "random"], 8, [0, 1],
+                                     str(tmp_path), None, None, SearchInputs(), 4,
+                                     remeasure_budgets=[4, 8], rounds=2,
+                                     tuner_trials={"bo": 4}, finished_only=True)
+    assert list(results) == [done.key] and results[done.key]["bo"] == [pair["curves"]["bo"]]
+    assert remeasured[done.key] == {4: {"bo": [[1.0, 1.1]], "random": [[4.0, 4.1]]},
+                                    8: {"random": [[4.0, 4.0]]}}
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["pair_seeds"] == {done.key: [1]}
+    assert not (tmp_path / "runs").exists()
