@@ -8,8 +8,8 @@ Part 2, a held-out family: workloads of a family that a second checkpoint (train
 Every tuner runs in MetaSchedule's own loop with the same builder, runner and batch size, at
 the same seeds, one after another on this machine; with two budgets (64 256), only the
 --long-tuners (the baselines: ms-xgb-pretrained, ms-default) run to the larger one, the others
-stop at the smaller, which is enough for "ours at 64 against theirs at 256": bo (ours), ms-xgb-pretrained
-(EvolutionarySearch + XGBModel pretrained on the checkpoint's training records, TenSet's
+stop at the smaller, which is enough for "ours at 64 against theirs at 256". The tuners: bo
+(ours), ms-xgb-pretrained (EvolutionarySearch + XGBModel pretrained on the checkpoint's training records, TenSet's
 transfer baseline), ms-default (EvolutionarySearch + XGBModel, random scores until 100
 measurements), ms-ours (EvolutionarySearch + our model) and random (ReplayTrace); ytopt
 (random-forest BO with LCB, no prior) with --ytopt. After each (workload, seed), every tuner's
@@ -19,13 +19,14 @@ ratio with a paired bootstrap 95% interval, trials to reach (see `tuning.compare
 summary.json, results.json and curves.png. Finished runs are kept under --out/runs (databases)
 and each finished (workload, seed) under --out/pairs (curves, finalists, re-measurements and
 the target it was measured on; small, kept in git), and read back, so an interrupted
-benchmark resumes, also on another machine.
+benchmark resumes, also on another machine. --report tunes nothing and summarises the pairs
+finished so far.
 
 Part 3, end to end: a small PyTorch CNN tuned with one total budget by bo and by ms-default,
 and the compiled network's latency of both and of the untuned build.
 
     python bench/tuning_vs_metaschedule.py [--seeds 0 1 2] [--trials 64 256] [--parts shapes]
-                                           [--family-checkpoint CKPT]
+                                           [--family-checkpoint CKPT] [--report]
 """
 
 from __future__ import annotations
@@ -164,7 +165,8 @@ def main() -> None:
     parser.add_argument("--trials", nargs="+", type=int, default=[64],
                         help="budgets: each run goes to the largest; the finalists of each "
                         "are re-measured (64 256: both)")
-    parser.add_argument("--long-tuners", nargs="*", default=LONG_TUNERS, choices=TUNERS + ["ytopt"],
+    parser.add_argument("--long-tuners", nargs="*", default=LONG_TUNERS,
+                        choices=TUNERS + ["ytopt"],
                         help="the tuners that run to the largest budget; the others stop at "
                         "the smallest (default: %(default)s)")
     parser.add_argument("--ytopt", action="store_true", help="also the ytopt-style tuner")

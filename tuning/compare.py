@@ -57,13 +57,11 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
                finished_only: bool = False) -> tuple[dict, dict]:
     """Tune, then re-measure the finalists; also writes results.json.
 
-    With `finished_only`, nothing is tuned: only the (workload, seed) pairs already in
-    `pair_file` are read (a workload without any is left out), for a report of a comparison
-    still under way.
-
     `tuner_trials` gives some tuners a smaller budget than `trials` (a tuner is re-measured
     only at the budgets it reached). Each finished (workload, seed) is kept in `pair_file` and
-    read back from there if it covers the same tuners, budgets, rounds and models.
+    read back from there if it covers the same tuners, budgets, rounds and models. With
+    `finished_only`, nothing is tuned: only the pairs already there are read (a workload
+    without any is left out), for a report of a comparison still under way.
 
     Returns:
         curves: {workload key: {tuner: [latencies per trial, one list per seed]}}
@@ -100,7 +98,8 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
         del results[key], remeasured[key], measured_on[key], pair_seeds[key]
     _write_json(os.path.join(out, "results.json"),
                 {"trials": trials, "tuner_trials": runs_to, "seeds": seeds,
-                 "pair_seeds": pair_seeds, "measured_on": measured_on, "curves": results, "remeasured": remeasured})
+                 "pair_seeds": pair_seeds, "measured_on": measured_on, "curves": results,
+                 "remeasured": remeasured})
     return results, remeasured
 
 
@@ -109,7 +108,8 @@ def model_ids(inputs: SearchInputs) -> dict:
     models is not read back."""
     def ident(path):
         with open(path, "rb") as f:
-            return {"file": os.path.basename(path), "sha256": hashlib.sha256(f.read()).hexdigest()}
+            digest = hashlib.sha256(f.read()).hexdigest()
+        return {"file": os.path.basename(path), "sha256": digest}
 
     ids = {}
     if inputs.predictor is not None:
