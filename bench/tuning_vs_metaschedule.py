@@ -10,8 +10,8 @@ the same seeds, one after another on this machine; with two budgets (64 256), on
 --long-tuners (the baselines: ms-xgb-pretrained, ms-default) run to the larger one, the others
 stop at the smaller, which is enough for "ours at 64 against theirs at 256". The tuners: bo
 (ours), ms-xgb-pretrained (EvolutionarySearch + XGBModel pretrained on the checkpoint's
-training records, TenSet's transfer baseline), ms-default (EvolutionarySearch + XGBModel, random scores until 100
-measurements), ms-ours (EvolutionarySearch + our model) and random (ReplayTrace); ytopt
+training records, TenSet's transfer baseline), ms-default (EvolutionarySearch + XGBModel,
+random scores until 100 measurements), ms-ours (EvolutionarySearch + our model) and random (ReplayTrace); ytopt
 (random-forest BO with LCB, no prior) with --ytopt. After each (workload, seed), every tuner's
 best schedule at each budget is re-measured with the others, interleaved, 10 times, and tuners
 are compared on those: paired ratios per (workload, seed), wins/ties/losses, the geometric-mean
