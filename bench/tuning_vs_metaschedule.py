@@ -5,22 +5,22 @@ model, trained on data/llvm-full; `tune`'s default is now graphsage-v2.ckpt, tra
 network workload, which holds nothing out).
 Part 2, a held-out family: workloads of a family that a second checkpoint (trained with
 `--data.split family --data.test_families '[FAMILY]'`) never saw.
-Every tuner runs in MetaSchedule's own loop with the same builder, runner and batch size, at
-the same seeds, one after another on this machine; with two budgets (64 256), only the
---long-tuners (the baselines: ms-xgb-pretrained, ms-default) run to the larger one, the others
-stop at the smaller, which is enough for "ours at 64 against theirs at 256". The tuners: bo
-(ours), ms-xgb-pretrained (EvolutionarySearch + XGBModel pretrained on the checkpoint's
-training records, TenSet's transfer baseline), ms-default (EvolutionarySearch + XGBModel,
-random scores until 100 measurements), ms-ours (EvolutionarySearch + our model) and random (ReplayTrace); ytopt
-(random-forest BO with LCB, no prior) with --ytopt. After each (workload, seed), every tuner's
-best schedule at each budget is re-measured with the others, interleaved, 10 times, and tuners
-are compared on those: paired ratios per (workload, seed), wins/ties/losses, the geometric-mean
-ratio with a paired bootstrap 95% interval, trials to reach (see `tuning.compare`). Writes
-summary.json, results.json and curves.png. Finished runs are kept under --out/runs (databases)
-and each finished (workload, seed) under --out/pairs (curves, finalists, re-measurements and
-the target it was measured on; small, kept in git), and read back, so an interrupted
-benchmark resumes, also on another machine. --report tunes nothing and summarises the pairs
-finished so far.
+Every tuner runs in MetaSchedule's own loop with the same builder, runner and batch size, at the
+same seeds, one after another on this machine; with two budgets (64 256), only the --long-tuners
+(the baselines: ms-xgb-pretrained, ms-default) run to the larger one, the others stop at the
+smaller, which is enough for "ours at 64 against theirs at 256". The tuners: bo (ours),
+ms-xgb-pretrained (EvolutionarySearch + XGBModel pretrained on the checkpoint's training
+records, TenSet's transfer baseline), ms-default (EvolutionarySearch + XGBModel, random scores
+until 100 measurements), ms-ours (EvolutionarySearch + our model) and random (ReplayTrace);
+ytopt (random-forest BO with LCB, no prior) with --ytopt. After each (workload, seed), every
+tuner's best schedule at each budget is re-measured with the others, interleaved, 10 times, and
+tuners are compared on those: paired ratios per (workload, seed), wins/ties/losses, the
+geometric-mean ratio with a paired bootstrap 95% interval, trials to reach (see
+`tuning.compare`). Writes summary.json, results.json and curves.png. Finished runs are kept
+under --out/runs (databases) and each finished (workload, seed) under --out/pairs (curves,
+finalists, re-measurements and the target it was measured on; small, kept in git), and read
+back, so an interrupted benchmark resumes, also on another machine. --report tunes nothing and
+summarises the pairs finished so far.
 
 Part 3, end to end: a small PyTorch CNN tuned with one total budget by bo and by ms-default,
 and the compiled network's latency of both and of the untuned build.
