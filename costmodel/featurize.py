@@ -571,6 +571,13 @@ class Featurizer:
         if len(self._memory) > self.memory_cache_size:
             self._memory.popitem(last=False)
 
+    def _store(self, key: str, graph: ProgramGraph) -> ProgramGraph:
+        self._remember(key, graph)
+        if self.cache_dir is not None:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            graph.save(self.cache_dir / f"{key}.npz")
+        return graph
+
     def featurize(self, mod_or_schedule, trace_hash: str | None = None) -> ProgramGraph:
         """The graph of a scheduled IRModule or `Schedule`, cached under `trace_hash` if given.
 
@@ -581,12 +588,7 @@ class Featurizer:
             return graph
         mod = getattr(mod_or_schedule, "mod", mod_or_schedule)
         graph = build_graph(lower_for_features(mod, self.target))
-        if trace_hash:
-            self._remember(trace_hash, graph)
-            if self.cache_dir is not None:
-                self.cache_dir.mkdir(parents=True, exist_ok=True)
-                graph.save(self.cache_dir / f"{trace_hash}.npz")
-        return graph
+        return self._store(trace_hash, graph) if trace_hash else graph
 
     def featurize_many(self, mods_or_schedules: list, workers: int | None = None) -> list:
         """Graphs of many programs; lowering runs in `workers` threads (default: the cores).
@@ -627,19 +629,67 @@ class Featurizer:
         Raises:
             FeaturizeError: if the trace does not replay or the result cannot be lowered.
         """
+        key = record_key(workload_ir, trace_hash)
+        if (graph := self._cached(key)) is not None:
+            return graph
+        return self._store(key, build_graph(self._lower_record(workload_ir, trace_json,
+                                                               trace_hash)))
+
+    def _lower_record(self, workload_ir: str, trace_json: str, trace_hash: str):
+        """A record's schedule replayed and lowered for features (safe to run in threads).
+
+        Raises:
+            FeaturizeError: if the trace does not replay or the result cannot be lowered.
+        """
         import tvm
 
         from datagen.sampler import hash_text, replay
 
-        key = record_key(workload_ir, trace_hash)
-        if (graph := self._cached(key)) is not None:
-            return graph
         digest = hash_text(workload_ir)
-        if digest not in self._workloads:
-            self._workloads[digest] = tvm.ir.load_json(workload_ir)
+        mod = self._workloads.get(digest)
+        if mod is None:  # two threads may both parse one workload: the same module either way
+            mod = self._workloads[digest] = tvm.ir.load_json(workload_ir)
         try:
-            sch = replay(self._workloads[digest], trace_json)
+            sch = replay(mod, trace_json)
         except Exception as err:  # noqa: BLE001
             raise FeaturizeError(f"trace {trace_hash[:12]} does not replay: "
                                  f"{_one_line(err)}") from None
-        return self.featurize(sch, key)
+        return lower_for_features(sch.mod, self.target)
+
+    def iter_records(self, records, workers: int | None = None, window: int = 64):
+        """Yields, in order, the graph of each dataset record, or the `FeaturizeError` that
+        stopped it (so one bad record does not stop the rest).
+
+        Cached graphs come straight from the cache. The others replay and lower in `workers`
+        threads (default: the cores; TVM releases the GIL for both) while this thread walks
+        and caches the graphs, at most `window` records ahead.
+
+        Args:
+            records: iterable of (workload_ir, trace_json, trace_hash).
+        """
+        from collections import deque
+        from concurrent.futures import Future, ThreadPoolExecutor
+
+        workers = workers or len(os.sched_getaffinity(0))
+
+        def finish(key: str, item) -> ProgramGraph | FeaturizeError:
+            if not isinstance(item, Future):
+                return item  # a cached graph
+            try:
+                return self._store(key, build_graph(item.result()))
+            except FeaturizeError as err:
+                return err
+
+        with ThreadPoolExecutor(max(1, workers)) as pool:
+            ahead: deque = deque()  # (key, cached graph or the future of its lowering)
+            for workload_ir, trace_json, trace_hash in records:
+                key = record_key(workload_ir, trace_hash)
+                graph = self._cached(key)
+                ahead.append((key, graph if graph is not None else pool.submit(
+                    self._lower_record, workload_ir, trace_json, trace_hash)))
+                # hand out what is ready in order; wait only when `window` records are ahead
+                while ahead and (len(ahead) > window or not isinstance(ahead[0][1], Future)
+                                 or ahead[0][1].done()):
+                    yield finish(*ahead.popleft())
+            while ahead:
+                yield finish(*ahead.popleft())

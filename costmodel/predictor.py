@@ -230,6 +230,8 @@ class CostModelPredictor:
 
     def predict_records(self, frame) -> np.ndarray:
         """Latency in seconds for the rows of a dataset frame (workload_ir, trace, trace_hash)."""
-        graphs = [self.featurizer.featurize_record(r.workload_ir, r.trace, r.trace_hash)
-                  for r in frame.itertuples(index=False)]
+        graphs = list(self.featurizer.iter_records(
+            zip(frame.workload_ir, frame.trace, frame.trace_hash)))
+        if failed := next((g for g in graphs if isinstance(g, featurize.FeaturizeError)), None):
+            raise failed
         return self.predict_graphs(graphs)

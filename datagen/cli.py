@@ -35,6 +35,8 @@ def _config(args, dataset: str, tracker=None, threads: int | None = None,
 
     if args.per_workload < 1 or args.batch_size < 1:
         raise UserError("--per-workload and --batch-size must be at least 1")
+    if getattr(args, "draw_workers", None) is not None and args.draw_workers < 1:
+        raise UserError("--draw-workers must be at least 1")
     target = make_target(args.target, threads)
     torch_model = getattr(args, "torch_model", None)
     workloads = resolve(args.workloads or ([] if torch_model else ["default"]))
@@ -48,7 +50,8 @@ def _config(args, dataset: str, tracker=None, threads: int | None = None,
         batch_size=args.batch_size, evolve_fraction=args.evolve_fraction, seed=args.seed,
         protocol=protocol, tracker=tracker, num_threads=threads,
         build_workers=args.build_workers, build_timeout=args.build_timeout,
-        run_timeout=run_timeout, retry_cv=args.retry_cv if args.retry_cv > 0 else None)
+        run_timeout=run_timeout, retry_cv=args.retry_cv if args.retry_cv > 0 else None,
+        draw_workers=getattr(args, "draw_workers", None))
 
 
 def _collect(args) -> int:
@@ -230,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True, help="the dataset to draw from and, later, "
                    "to ingest into")
     p.add_argument("--out", required=True, help="the new batch folder")
+    p.add_argument("--draw-workers", type=int, help="processes drawing the workloads' rounds "
+                   "(default: cores)")
     p.set_defaults(func=_pack)
 
     p = sub.add_parser("ingest", help="add a measured batch's records to its dataset "

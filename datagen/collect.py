@@ -51,6 +51,7 @@ class CollectConfig:
         retry_cv: re-measure, at the end of its round, a candidate whose repeats spread more
             than this (coefficient of variation); both measurements are kept. None: never.
         num_threads, build_workers, build_timeout, run_timeout: see `Measurer`.
+        draw_workers: processes that draw the rounds of a packed batch (default: the cores).
     """
 
     out: str
@@ -69,6 +70,7 @@ class CollectConfig:
     build_timeout: float | None = None
     run_timeout: float = DEFAULT_RUN_TIMEOUT_SEC
     retry_cv: float | None = DEFAULT_RETRY_CV
+    draw_workers: int | None = None
 
 
 @dataclasses.dataclass

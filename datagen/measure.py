@@ -170,7 +170,8 @@ class Measurer:
                 f"measuring a {target.kind.name} target needs a {target.kind.name} device and "
                 "this host has none: run datagen on the GPU host itself, measure through an "
                 "RPC tracker (--tracker host:port --key KEY), or build here and measure there "
-                "(datagen pack, then datagen measure-batch on the GPU host, then datagen ingest)")
+                "(datagen pack, then python -m datagen.batch_measure on the GPU host, then "
+                "datagen ingest)")
         evaluator = EvaluatorConfig(number=self.protocol["number"], repeat=self.protocol["repeat"],
                                     min_repeat_ms=self.protocol["min_repeat_ms"])
         self.builder = PersistentBuilder(target.kind.name, build_workers,

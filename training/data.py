@@ -264,14 +264,15 @@ class ScheduleDataModule(L.LightningDataModule):
         check_one_target(frame, hp.dataset)
         featurizer = Featurizer(json.loads(frame.target.iloc[0]), cache_dir=hp.cache_dir)
         graphs, failed = [], []
-        for row in tqdm(frame.itertuples(index=False), total=len(frame), desc="featurise",
-                        unit="rec", disable=len(frame) < 256):
-            try:
-                graphs.append(featurizer.featurize_record(row.workload_ir, row.trace,
-                                                          row.trace_hash))
-            except FeaturizeError:
+        rows = zip(frame.workload_ir, frame.trace, frame.trace_hash)
+        for trace_hash, graph in zip(frame.trace_hash, tqdm(
+                featurizer.iter_records(rows), total=len(frame), desc="featurise", unit="rec",
+                disable=len(frame) < 256)):
+            if isinstance(graph, FeaturizeError):
                 graphs.append(None)
-                failed.append(row.trace_hash)
+                failed.append(trace_hash)
+            else:
+                graphs.append(graph)
         frame = frame.assign(graph=graphs)
         frame = frame[frame.graph.notna()].reset_index(drop=True)
         self.dropped += len(failed)

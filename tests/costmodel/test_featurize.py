@@ -176,6 +176,33 @@ def test_featurize_record_replays_and_caches(candidates, target):
     assert record_key(CONV.definition(), cand.trace_hash) != record_key(ir, cand.trace_hash)
 
 
+def test_records_featurise_in_threads_in_order_with_errors_in_place(candidates, target,
+                                                                   tmp_path):
+    """`iter_records` (threads, a small window) gives what `featurize_record` gives one by one,
+    in order; a record that does not replay yields its error in its place and the rest go on;
+    a second pass reads the disk cache."""
+    records = [(w.definition(), c.trace_json, c.trace_hash) for w, c in candidates]
+    conv_trace = candidates[-1][1]
+    bad = (DENSE.definition(), conv_trace.trace_json, conv_trace.trace_hash)  # conv trace
+    records.insert(3, bad)
+    serial = Featurizer(target)
+    threaded = Featurizer(target, cache_dir=tmp_path)
+    got = list(threaded.iter_records(iter(records), workers=2, window=2))
+    assert len(got) == len(records)
+    assert isinstance(got[3], FeaturizeError) and "does not replay" in str(got[3])
+    for i, (record, graph) in enumerate(zip(records, got)):
+        if i == 3:
+            continue
+        want = serial.featurize_record(*record)
+        for name in ("node_kind", "x", "edge_index", "edge_type", "program"):
+            np.testing.assert_array_equal(getattr(want, name), getattr(graph, name))
+    cached = Featurizer(target, cache_dir=tmp_path)
+    again = list(cached.iter_records(records, workers=1))
+    assert isinstance(again[3], FeaturizeError)
+    np.testing.assert_array_equal(again[-1].x, got[-1].x)
+    assert len(cached._workloads) == 1  # only the record that failed was replayed
+
+
 def test_clear_errors(candidates, target):
     import tvm
 

@@ -156,6 +156,13 @@ def test_pack_into_an_existing_folder_is_one_line(tmp_path):
                                str(tmp_path / "ds")), "is not a packed batch")
 
 
+def test_draw_workers_below_one_is_one_line(tmp_path):
+    assert_clean_error(run_cli("pack", DENSE, "--dataset", str(tmp_path / "ds"), "--out",
+                               str(tmp_path / "b"), "--draw-workers", "0"),
+                       "--draw-workers must be at least 1")
+    assert not (tmp_path / "b").exists()
+
+
 def test_a_runtime_bundle_alone_measures_a_batch(first_batch, tmp_path):
     """The isolated device host: the tvm package from the bundle (no compiler library), not
     the installed one, measures a packed batch."""
@@ -204,3 +211,40 @@ def test_kernel_cache_compiles_each_source_once(tmp_path):
     other = cache_kernel_compiles(str(tmp_path / "cache"), compile_fn)  # another process
     assert bytes(other("__global__ void a()")) == b"__GLOBAL__ VOID A()" and len(calls) == 1
     assert bytes(other("__global__ void b()")) == b"__GLOBAL__ VOID B()" and len(calls) == 2
+
+
+def test_rounds_drawn_in_worker_processes_equal_rounds_drawn_here():
+    """`pack` draws each workload's round in a worker process: the same candidates, in the same
+    order, as drawing them here, for a first (random) round and a later (evolved) one."""
+    import copy
+    import dataclasses
+
+    from datagen.batch import draw_rounds
+    from datagen.collect import CollectConfig, WorkloadState
+    from datagen.tvm_env import make_target
+    from datagen.workloads import resolve
+
+    cfg = CollectConfig(out="unused", workloads=resolve([DENSE, SOFTMAX]),
+                        target=make_target(None), per_workload=8, batch_size=4)
+
+    def drawn(states: dict, workers: int) -> list[tuple]:
+        found = draw_rounds(dataclasses.replace(cfg, draw_workers=workers),
+                            copy.deepcopy(states), progress=False)
+        for w, definition, cand, _ in found:  # each with its workload and a module to build
+            assert definition == w.definition() and cand.mod is not None
+        return [(w.key, c.trace_hash, c.trace_json, c.origin, round_)
+                for w, _, c, round_ in found]
+
+    first = drawn({}, 1)
+    assert len(first) == 8 and drawn({}, 2) == first
+    states: dict[str, WorkloadState] = {}
+    for key, digest, trace, _, _ in first:  # as if the first round had been measured
+        st = states.setdefault(key, WorkloadState())
+        st.count, st.rounds = st.count + 1, 1
+        st.seen.add(digest)
+        st.measured.append((1e-3 * st.count, trace))
+    second = drawn(states, 1)
+    assert drawn(states, 2) == second
+    assert {origin for *_, origin, _ in second} == {"random", "evolved"}
+    assert {round_ for *_, round_ in second} == {1}
+    assert not {c[1] for c in second} & {c[1] for c in first}
