@@ -162,7 +162,7 @@ def _run_pair(w, tuners, runs_to, budgets, seed, out, target, measurer, inputs,
     return pair
 
 
-def _finalist(work_dir: str, budget: int) -> str | None:
+def finalist(work_dir: str, budget: int) -> str | None:
     """The trace (JSON) of the fastest schedule among a run's first `budget` trials."""
     from datagen.measure import run_latency
 
@@ -188,7 +188,7 @@ def remeasure_finalists(workload, dirs: dict[str, str], runs_to: dict[str, int],
     """
     from datagen.sampler import replay
 
-    finalists = {(b, t): _finalist(wd, b) for b in budgets for t, wd in dirs.items()
+    finalists = {(b, t): finalist(wd, b) for b in budgets for t, wd in dirs.items()
                  if runs_to[t] >= b}
     traces = sorted({tr for tr in finalists.values() if tr is not None})
     latencies = {}

@@ -1,0 +1,49 @@
+"""bench/matmul_vs_library.py: a really tuned matmul, checked against float64 and timed beside
+torch.matmul on the same device (here the CPU)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import CLI_TIMEOUT_SEC, assert_clean_error
+
+BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "matmul_vs_library.py")
+PROG = "matmul_vs_library"
+
+
+def run_bench(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, BENCH, *args], capture_output=True, text=True,
+                          timeout=CLI_TIMEOUT_SEC, cwd=cwd)
+
+
+@pytest.mark.slow
+def test_a_tuned_matmul_is_checked_and_timed_beside_the_library(tmp_path):
+    out = tmp_path / "matmul"
+    proc = run_bench("--size", "64", "--tuner", "random", "--trials", "8", "--rounds", "3",
+                     "--threads", "1", "--out", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "result.json").read_text())
+    assert result["size"] == 64 and result["trials"] == 8 and result["threads"] == 1
+    assert result["device"]["kind"] == "cpu" and "torch.matmul" in result["library"]["what"]
+    for side in ("tuned", "library"):
+        r = result[side]
+        assert len(r["runs"]) == 3 and r["p25"] <= r["median"] <= r["p75"]
+        assert 0 < r["median"] < 0.1
+        assert r["gflops"] == pytest.approx(2 * 64 ** 3 / r["median"] / 1e9)
+    assert result["tuned"]["relative_error"] < 1e-5  # fp32 sums of 64 terms
+    assert result["tuned_over_library"] == pytest.approx(
+        result["tuned"]["median"] / result["library"]["median"])
+    assert "tuned / library" in proc.stdout and "GFLOP/s" in proc.stdout
+
+
+def test_bad_input_is_one_line_before_any_tuning(tmp_path):
+    assert_clean_error(run_bench("--size", "8", "--out", str(tmp_path / "a"), cwd=tmp_path),
+                       "--size must be at least 16", prog=PROG)
+    assert_clean_error(run_bench("--tuner", "nope", "--out", str(tmp_path / "b"), cwd=tmp_path),
+                       "unknown tuner", prog=PROG)
+    assert_clean_error(run_bench("--target", "nvidia/nvidia-h100", "--out", str(tmp_path / "c"),
+                                 cwd=tmp_path), "this torch sees no GPU", prog=PROG)
+    assert not any((tmp_path / d).exists() for d in "abc")
