@@ -4,12 +4,16 @@ Importing `tvm.s_tir.tensor_intrin` registers tensor intrinsics for every backen
 tens of seconds (the CUDA ones dominate). MetaSchedule imports it from every `TuneContext` and
 every build. `load_tensor_intrinsics` registers only the backend a target needs and makes later
 imports of the package free, so a collector pays the cost once, and only for its own target.
+It also keeps TVMScript from reading the source lines of every caller frame for each of the
+package's functions (see `_frames_without_source`): on a GPU host with a slow disk that reading
+was most of a 64-second import, and every draw and build worker pays it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import json
 import logging
 import os
@@ -35,8 +39,29 @@ def load_tensor_intrinsics(target_kind: str) -> None:
         package.__path__ = list(spec.submodule_search_locations)
         package.__package__ = _INTRIN_PACKAGE
         sys.modules[_INTRIN_PACKAGE] = package
-    for name in _INTRIN_MODULES.get(target_kind, ()):
-        importlib.import_module(f"{_INTRIN_PACKAGE}.{name}")
+    with _frames_without_source():
+        for name in _INTRIN_MODULES.get(target_kind, ()):
+            importlib.import_module(f"{_INTRIN_PACKAGE}.{name}")
+
+
+@contextlib.contextmanager
+def _frames_without_source():
+    """Make `inspect.stack()` skip the source lines of the frames while the block runs.
+
+    TVMScript's `@T.prim_func` calls `inspect.stack()` to find the caller's scope; with the
+    default context of one line, Python looks up each frame's source file and module, which
+    walks every imported module (about 2,000 once `import tvm` has pulled in torch) for each
+    frame of each function. The parser only uses the lines to tell a function defined in an
+    `@I.ir_module` class, and the intrinsic modules define none, so their functions parse the
+    same (tested); the import takes 5 s instead of 10 on the development machine, and 9 s
+    instead of 64 on a GPU host.
+    """
+    stack = inspect.stack
+    inspect.stack = lambda context=1: stack(0)
+    try:
+        yield
+    finally:
+        inspect.stack = stack
 
 
 METASCHEDULE_LOGGER = "tvm.s_tir.meta_schedule"
