@@ -267,3 +267,25 @@ def test_a_checkpoint_rebuilds_its_readout(tmp_path, graphs, target):
         assert torch.equal(loaded.model.state_dict()[name], weights), name
     assert "readout" not in checkpoint.load(write(tmp_path / "d.ckpt", graphs, target)) \
         .model.architecture
+
+
+def test_the_shipped_gpu_checkpoint_scores_the_committed_gpu_records_on_a_cpu():
+    """The H100 model and its records need no GPU to be read: CUDA schedules lower and
+    featurise here, and the model ranks some of them apart."""
+    from costmodel import checkpoints
+    from datagen import records
+
+    path = checkpoints.path("graphsage-h100.ckpt")
+    ckpt = checkpoint.load(path, target_kind="cuda")
+    assert ckpt.meta["format_version"] == checkpoint.FORMAT_VERSION
+    assert json.loads(ckpt.meta["target"])["arch"] == "sm_90a"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    frame = records.read_records(os.path.join(root, ckpt.meta["dataset"]))
+    frame = frame[(frame.status == "ok")
+                  & frame.workload_key.isin(ckpt.meta["sides"]["test"])].head(8)
+    assert len(frame) == 8
+    predicted = CostModelPredictor.load(path).predict_records(frame)
+    assert predicted.shape == (8,) and np.all(np.isfinite(predicted)) and np.all(predicted > 0)
+    assert len(set(np.round(predicted, 12))) > 1
+    with pytest.raises(UserError, match="target"):
+        checkpoint.load(path, target_kind="llvm")
