@@ -219,7 +219,9 @@ def summarize(runs: list[dict], shares: list[float]) -> dict:
 
 
 def plot(summary: dict, path: str) -> None:
-    """Kendall tau and top-1 against the share (log x): both curves, the source as a line."""
+    """Kendall tau and top-1 against the training records each share left (log x): both
+    curves, the source as a line. Shares that leave the same records (a share keeps at least
+    MIN_PER_WORKLOAD records of each workload) fall on one point, labelled with all of them."""
     import math
 
     import matplotlib
@@ -227,23 +229,30 @@ def plot(summary: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    records = {}  # share -> training records it left
+    for rows in summary["curves"].values():
+        for share, row in rows.items():
+            records.setdefault(share, row["train_records"])
+    ticks = {}  # training records -> the shares that left them
+    for share in sorted(records, key=float):
+        ticks.setdefault(records[share], []).append(float(share))
     fig, axes = plt.subplots(1, len(PLOTTED), figsize=(10, 4))
     for ax, (metric, title) in zip(axes, PLOTTED.items()):
         for mode, rows in summary["curves"].items():
             shares = sorted(rows, key=float)
             cells = [rows[s][metric] for s in shares]
             keep = [i for i, c in enumerate(cells) if c is not None]
-            ax.errorbar([float(shares[i]) for i in keep], [cells[i]["mean"] for i in keep],
+            ax.errorbar([records[shares[i]] for i in keep], [cells[i]["mean"] for i in keep],
                         yerr=[cells[i]["std"] for i in keep], marker="o", capsize=3,
                         label=mode)
         source = summary["source"]["metrics"].get(metric)
         if source is not None and math.isfinite(source):
             ax.axhline(source, color="gray", ls=":", label="source, no training")
-        shares = [float(s) for s in summary["shares"]]
-        ax.set(xscale="log", xlim=(min(shares) / 1.5, max(shares) * 1.5),
-               xlabel="share of the training records", ylabel=title,
+        ax.set(xscale="log", xlim=(min(ticks) / 1.5, max(ticks) * 1.5),
+               xlabel="training records (share of the training side)", ylabel=title,
                title=f"{title} on held-out workloads")
-        ax.set_xticks(shares, [f"{s * 100:g}%" for s in shares])
+        ax.set_xticks(list(ticks), [f"{n:,.0f}\n" + ", ".join(f"{s * 100:g}%" for s in shares)
+                                    for n, shares in ticks.items()])
         ax.minorticks_off()
         ax.grid(alpha=0.3)
         ax.legend()
