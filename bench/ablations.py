@@ -9,6 +9,8 @@ and is scored on the same held-out records: every workload that occurs only in t
 - clean: as base, trained only on labels whose repeats spread at most 5% (`--data.max_cv`);
 - listmle / lambdarank: the listwise losses in place of the pairwise one;
 - relative: targets standardised per workload (a relative score: no MAPE);
+- stores: as base, the model also reads MetaSchedule's per-store features (TenSet's input, what
+  the tree baselines see) beside the graph (`--model.use_store_features`);
 - narrow: trained on the first dataset (`data/llvm-full`, 52 hand-picked workloads, its own
   held-out-shapes split), scored on the same held-out networks: what the breadth bought.
 
@@ -27,7 +29,7 @@ lives in --out/runs/VARIANT/seedS with its config, logs, checkpoint and result.j
 runs are read back, so an interrupted benchmark resumes (a run made with other settings is
 refused: use another --out).
 
-    python bench/ablations.py [--variants base clean listmle lambdarank relative narrow]
+    python bench/ablations.py [--variants base clean listmle lambdarank relative stores narrow]
         [--seeds 0 1 2] [--max-epochs 30] [--baselines xgb lightgbm] [--out bench/results/ablations]
         [--summary summary.json]
 """
@@ -56,6 +58,8 @@ VARIANTS = {
     "listmle": ("MSE + listwise ListMLE", {"rank_loss": "listmle"}, {}),
     "lambdarank": ("MSE + LambdaRank", {"rank_loss": "lambdarank"}, {}),
     "relative": ("targets standardised per workload", {}, {"normalize_per_workload": True}),
+    "stores": ("as base, plus per-store features beside the graph",
+               {"use_store_features": True}, {}),
     "narrow": ("as base, trained on data/llvm-full (52 workloads)", {},
                {"dataset": "data/llvm-full", "split": "shapes", "test_networks": None}),
 }

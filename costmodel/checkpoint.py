@@ -10,7 +10,8 @@ Entries (the checkpoints `train fit` writes have these plus Lightning's optimise
 
 - "costmodel": the self-description. `format_version` (`FORMAT_VERSION`); the featuriser it
   was trained with (`featurizer_version`, `vocabulary`, `node_features`, `program_features`,
-  `edge_types`); `architecture`, from which the network is rebuilt
+  `edge_types`; `store_features`, the layout of MetaSchedule's per-store features, only when the
+  architecture reads them); `architecture`, from which the network is rebuilt
   (`costmodel.model.create_model`); `normalization` (its `per_workload` says the model was
   trained on per-workload standardised labels and predicts a relative score, not a latency;
   files without it predict latency); `target` (JSON) and `target_kind`; the training
@@ -87,6 +88,8 @@ def describe(model, normalization: Normalization, target: str, dataset: str, spl
             "normalization": normalization.to_dict(), "target": target,
             "target_kind": json.loads(target)["kind"], "dataset": dataset, "split": split,
             "sides": {side: [str(k) for k in keys] for side, keys in sides.items()}}
+    if model.architecture.get("num_store_features"):
+        meta["store_features"] = featurize.STORE_FEATURES_VERSION
     if init_from is not None:
         meta["init_from"] = init_from
     if train_share is not None:
@@ -154,6 +157,13 @@ def validate(path: str, meta: dict, target_kind: str | None = None) -> None:
     architecture = meta.get("architecture")
     if not isinstance(architecture, dict) or "name" not in architecture:
         raise UserError(f"{path} does not say which architecture it holds")
+    if architecture.get("num_store_features") and (
+            meta.get("store_features") != featurize.STORE_FEATURES_VERSION
+            or architecture["num_store_features"] != featurize.NUM_STORE_FEATURES):
+        raise UserError(f"{path} reads store features {meta.get('store_features')} "
+                        f"({architecture['num_store_features']} per store), this version "
+                        f"extracts {featurize.STORE_FEATURES_VERSION} "
+                        f"({featurize.NUM_STORE_FEATURES}): retrain it")
     if target_kind is not None and meta["target_kind"] != target_kind:
         raise UserError(f"{path} was trained for {meta['target_kind']} targets, not "
                         f"{target_kind}; pass a checkpoint trained on {target_kind} measurements")

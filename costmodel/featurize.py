@@ -23,6 +23,12 @@ Only nesting comes with reverse edges; a model wanting the others both ways adds
 `torch_geometric.transforms.ToUndirected`). Index arithmetic and branch conditions make no
 nodes: the access features summarise them. Whole-program features (`PROGRAM_FEATURES`) ride
 along as `ProgramGraph.program`.
+
+Optionally (`Featurizer(stores=True)`) a graph also carries MetaSchedule's PerStoreFeature of
+the program as `ProgramGraph.store_x`: one row of `NUM_STORE_FEATURES` hand-made features per
+store statement (loop annotations, arithmetic counts, per-buffer access patterns, reuse and
+arithmetic intensity), extracted as XGBModel extracts them, the features of TenSet's MLP and
+tree models.
 """
 
 from __future__ import annotations
@@ -72,6 +78,11 @@ PROGRAM_FEATURES = (
 )
 NUM_PROGRAM_FEATURES = len(PROGRAM_FEATURES)
 
+# MetaSchedule's PerStoreFeature at XGBModel's settings (5 buffers per store, 10 samples of the
+# arithmetic intensity curve): its layout, and the width of its rows
+STORE_FEATURES_VERSION = "ms-per-store-feature-5-10"
+NUM_STORE_FEATURES = 164
+
 DEFAULT_MEMORY_CACHE_SIZE = 4096  # graphs kept in memory, about 50 kB each
 WORKLOAD_DIGEST_CHARS = 16  # workload digest prefix in a record's cache key
 _UNROLL_KEYS = ("pragma_auto_unroll_max_step", "pragma_unroll_explicit")
@@ -99,6 +110,8 @@ class ProgramGraph:
         edge_index: int64 [2, E], (source, target).
         edge_type: int64 [E], indices into `EDGE_TYPES`.
         program: float32 [NUM_PROGRAM_FEATURES].
+        store_x: float32 [S, NUM_STORE_FEATURES], one row per store statement (`store_features`);
+            None unless the featuriser was asked for them.
     """
 
     node_kind: np.ndarray
@@ -106,6 +119,7 @@ class ProgramGraph:
     edge_index: np.ndarray
     edge_type: np.ndarray
     program: np.ndarray
+    store_x: np.ndarray | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -119,14 +133,20 @@ class ProgramGraph:
         return f"ProgramGraph(nodes={self.num_nodes}, edges={self.num_edges})"
 
     def to_pyg(self):
-        """A `torch_geometric.data.Data`; `program` is [1, P] so that batches stack it."""
+        """A `torch_geometric.data.Data`; `program` is [1, P] so that batches stack it. With
+        `store_x`, also `store_x` [S, F] (batches concatenate the rows) and `store_count` [1]
+        (batches list each graph's S, which says which graph a row belongs to)."""
         import torch
         from torch_geometric.data import Data
 
-        return Data(x=torch.from_numpy(self.x), node_kind=torch.from_numpy(self.node_kind),
+        data = Data(x=torch.from_numpy(self.x), node_kind=torch.from_numpy(self.node_kind),
                     edge_index=torch.from_numpy(self.edge_index),
                     edge_type=torch.from_numpy(self.edge_type),
                     program=torch.from_numpy(self.program)[None], num_nodes=self.num_nodes)
+        if self.store_x is not None:
+            data.store_x = torch.from_numpy(self.store_x)
+            data.store_count = torch.tensor([len(self.store_x)])
+        return data
 
     def save(self, path: str | os.PathLike) -> None:
         """Write an .npz atomically: a concurrent reader sees the whole file or none."""
@@ -200,6 +220,47 @@ def lower_for_features(mod, target):
             return _pipeline(target)(mod)
     except Exception as err:  # noqa: BLE001  (TVM raises assorted error types)
         raise FeaturizeError(f"cannot lower for features: {_one_line(err)}") from None
+
+
+@functools.lru_cache(maxsize=1)
+def _store_extractor():
+    from tvm.s_tir.meta_schedule.feature_extractor import FeatureExtractor
+
+    return FeatureExtractor.create("per-store-feature")  # XGBModel's default settings
+
+
+@functools.lru_cache(maxsize=16)
+def _store_context(target):
+    from tvm.s_tir import meta_schedule as ms
+
+    from datagen.tvm_env import load_tensor_intrinsics
+
+    load_tensor_intrinsics(target.kind.name)  # a TuneContext imports them: only this kind's
+    return ms.TuneContext(target=target, num_threads=1)
+
+
+def store_features(mod, target) -> np.ndarray:
+    """MetaSchedule's PerStoreFeature of a scheduled IRModule, as XGBModel extracts it.
+
+    Args:
+        mod: a scheduled IRModule (e.g. `Schedule.mod`), not yet lowered.
+        target: the `tvm.target.Target` the schedule was made for.
+
+    Raises:
+        FeaturizeError: if the extractor rejects the module.
+
+    Shapes:
+        output: float32 [stores, NUM_STORE_FEATURES].
+    """
+    from tvm import s_tir
+    from tvm.s_tir import meta_schedule as ms
+
+    try:
+        [rows] = _store_extractor().extract_from(_store_context(target),
+                                                 [ms.MeasureCandidate(s_tir.Schedule(mod), [])])
+    except Exception as err:  # noqa: BLE001
+        raise FeaturizeError(f"cannot extract store features: {_one_line(err)}") from None
+    return rows.numpy().astype(np.float32).reshape(-1, NUM_STORE_FEATURES)
 
 
 # --- the walk ---------------------------------------------------------------------------------
@@ -536,35 +597,46 @@ class Featurizer:
         target: a `tvm.target.Target`, or anything `datagen.tvm_env.make_target` accepts
             (None: this host's CPU).
         cache_dir: if given, graphs are also kept as `cache_dir/FEATURIZER_VERSION/KIND/<key>.npz`
-            (KIND: the target's kind, since one schedule lowers differently for a CPU and a GPU).
+            (KIND: the target's kind, since one schedule lowers differently for a CPU and a GPU),
+            and store features as `cache_dir/STORE_FEATURES_VERSION/KIND/<key>.npy`.
         memory_cache_size: graphs kept in memory (the least recently used go first).
+        stores: also give every graph its `store_x` (`store_features`).
     """
 
     def __init__(self, target=None, cache_dir: str | os.PathLike | None = None,
-                 memory_cache_size: int = DEFAULT_MEMORY_CACHE_SIZE):
+                 memory_cache_size: int = DEFAULT_MEMORY_CACHE_SIZE, stores: bool = False):
         import tvm
 
         from datagen.tvm_env import make_target
 
         self.target = target if isinstance(target, tvm.target.Target) else make_target(target)
-        self.cache_dir = Path(cache_dir) / FEATURIZER_VERSION / self.target.kind.name \
-            if cache_dir else None
+        kind = self.target.kind.name
+        self.cache_dir = Path(cache_dir) / FEATURIZER_VERSION / kind if cache_dir else None
+        self.stores = stores
+        self.store_cache_dir = Path(cache_dir) / STORE_FEATURES_VERSION / kind \
+            if cache_dir and stores else None
         self.memory_cache_size = memory_cache_size
         self._memory: OrderedDict[str, ProgramGraph] = OrderedDict()
         self._workloads: dict[str, object] = {}  # workload_ir digest -> IRModule
 
     def __repr__(self) -> str:
         return (f"Featurizer(version={FEATURIZER_VERSION!r}, target={self.target.kind.name!r}, "
+                f"stores={self.stores}, "
                 f"cache_dir={str(self.cache_dir) if self.cache_dir else None!r})")
 
     def _cached(self, key: str) -> ProgramGraph | None:
         if key in self._memory:
             self._memory.move_to_end(key)
             return self._memory[key]
-        if self.cache_dir is not None and (path := self.cache_dir / f"{key}.npz").exists():
-            self._remember(key, graph := ProgramGraph.load(path))
-            return graph
-        return None
+        if self.cache_dir is None or not (path := self.cache_dir / f"{key}.npz").exists():
+            return None
+        graph = ProgramGraph.load(path)
+        if self.stores:  # both files, or featurise again
+            if not (stores := self.store_cache_dir / f"{key}.npy").exists():
+                return None
+            graph.store_x = np.load(stores, allow_pickle=False)
+        self._remember(key, graph)
+        return graph
 
     def _remember(self, key: str, graph: ProgramGraph) -> None:
         self._memory[key] = graph
@@ -576,6 +648,26 @@ class Featurizer:
         if self.cache_dir is not None:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             graph.save(self.cache_dir / f"{key}.npz")
+            if self.stores:
+                self.store_cache_dir.mkdir(parents=True, exist_ok=True)
+                path = self.store_cache_dir / f"{key}.npy"
+                tmp = f"{path}.tmp-{os.getpid()}"
+                with open(tmp, "wb") as out:
+                    np.save(out, graph.store_x, allow_pickle=False)
+                os.replace(tmp, path)
+        return graph
+
+    def _prepare(self, mod):
+        """What a graph is made from (safe to run in threads): the module lowered for features,
+        and its store features if asked for."""
+        return lower_for_features(mod, self.target), \
+            store_features(mod, self.target) if self.stores else None
+
+    @staticmethod
+    def _finish(prepared) -> ProgramGraph:
+        lowered, store_x = prepared
+        graph = build_graph(lowered)
+        graph.store_x = store_x
         return graph
 
     def featurize(self, mod_or_schedule, trace_hash: str | None = None) -> ProgramGraph:
@@ -586,8 +678,7 @@ class Featurizer:
         """
         if trace_hash and (graph := self._cached(trace_hash)) is not None:
             return graph
-        mod = getattr(mod_or_schedule, "mod", mod_or_schedule)
-        graph = build_graph(lower_for_features(mod, self.target))
+        graph = self._finish(self._prepare(getattr(mod_or_schedule, "mod", mod_or_schedule)))
         return self._store(trace_hash, graph) if trace_hash else graph
 
     def featurize_many(self, mods_or_schedules: list, workers: int | None = None) -> list:
@@ -615,8 +706,7 @@ class Featurizer:
             yield from (self.featurize(m) for m in mods)
             return
         with ThreadPoolExecutor(workers) as pool:
-            for lowered in pool.map(lambda mod: lower_for_features(mod, self.target), mods):
-                yield build_graph(lowered)
+            yield from map(self._finish, pool.map(self._prepare, mods))
 
     def featurize_record(self, workload_ir: str, trace_json: str, trace_hash: str) -> ProgramGraph:
         """The graph of a dataset record, cached under `record_key(workload_ir, trace_hash)`.
@@ -632,11 +722,11 @@ class Featurizer:
         key = record_key(workload_ir, trace_hash)
         if (graph := self._cached(key)) is not None:
             return graph
-        return self._store(key, build_graph(self._lower_record(workload_ir, trace_json,
-                                                               trace_hash)))
+        return self._store(key, self._finish(self._prepare_record(workload_ir, trace_json,
+                                                                  trace_hash)))
 
-    def _lower_record(self, workload_ir: str, trace_json: str, trace_hash: str):
-        """A record's schedule replayed and lowered for features (safe to run in threads).
+    def _prepare_record(self, workload_ir: str, trace_json: str, trace_hash: str):
+        """`_prepare` of a record's schedule, replayed from its trace (safe to run in threads).
 
         Raises:
             FeaturizeError: if the trace does not replay or the result cannot be lowered.
@@ -654,7 +744,7 @@ class Featurizer:
         except Exception as err:  # noqa: BLE001
             raise FeaturizeError(f"trace {trace_hash[:12]} does not replay: "
                                  f"{_one_line(err)}") from None
-        return lower_for_features(sch.mod, self.target)
+        return self._prepare(sch.mod)
 
     def iter_records(self, records, workers: int | None = None, window: int = 64):
         """Yields, in order, the graph of each dataset record, or the `FeaturizeError` that
@@ -676,7 +766,7 @@ class Featurizer:
             if not isinstance(item, Future):
                 return item  # a cached graph
             try:
-                return self._store(key, build_graph(item.result()))
+                return self._store(key, self._finish(item.result()))
             except FeaturizeError as err:
                 return err
 
@@ -686,7 +776,7 @@ class Featurizer:
                 key = record_key(workload_ir, trace_hash)
                 graph = self._cached(key)
                 ahead.append((key, graph if graph is not None else pool.submit(
-                    self._lower_record, workload_ir, trace_json, trace_hash)))
+                    self._prepare_record, workload_ir, trace_json, trace_hash)))
                 # hand out what is ready in order; wait only when `window` records are ahead
                 while ahead and (len(ahead) > window or not isinstance(ahead[0][1], Future)
                                  or ahead[0][1].done()):

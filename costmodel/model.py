@@ -35,8 +35,10 @@ class GraphSAGECostModel(nn.Module):
     Node inputs are an embedding of the node kind plus a projection of the numeric features.
     Each layer runs one `SAGEConv` per edge type and sums them (a typed GraphSAGE), followed
     by a residual connection and layer norm. The readout concatenates mean and max pooling,
-    optionally a third pooling (`READOUTS`), and, when given, a projection of whole-program
-    features.
+    optionally a third pooling (`READOUTS`), when given a projection of whole-program
+    features, and, with `num_store_features`, a second view of the program beside the graph:
+    MetaSchedule's per-store features (TenSet's input), each store's row through an MLP, summed
+    over the program's stores (latency adds up over statements) and log-compressed.
 
     Args:
         num_node_kinds: size of the node-kind vocabulary.
@@ -47,17 +49,19 @@ class GraphSAGECostModel(nn.Module):
         num_layers: message-passing layers.
         dropout: dropout in the head.
         readout: a name in `READOUTS`.
+        num_store_features: per-store features per store row (0: none).
 
     Shapes:
         - **input:** node kinds :math:`(|V|)`, node features :math:`(|V|, F)`, edge index
           :math:`(2, |E|)`, edge types :math:`(|E|)`, batch vector :math:`(|V|)`, program
-          features :math:`(B, P)`
+          features :math:`(B, P)`, store rows :math:`(S, F_s)` and the number of rows of each
+          graph :math:`(B)`
         - **output:** :math:`(B)`, one prediction per graph
     """
 
     def __init__(self, num_node_kinds: int, num_node_features: int, num_edge_types: int,
                  num_program_features: int = 0, hidden: int = 128, num_layers: int = 3,
-                 dropout: float = 0.1, readout: str = "mean_max"):
+                 dropout: float = 0.1, readout: str = "mean_max", num_store_features: int = 0):
         super().__init__()
         if readout not in READOUTS:
             raise ValueError(f"unknown readout {readout!r}; choose one of {', '.join(READOUTS)}")
@@ -68,6 +72,8 @@ class GraphSAGECostModel(nn.Module):
             "num_layers": num_layers, "dropout": dropout}
         if readout != READOUTS[0]:  # checkpoints of the default read as they always did
             self.architecture["readout"] = readout
+        if num_store_features:
+            self.architecture["num_store_features"] = num_store_features
         self.num_edge_types = num_edge_types
         self.kind_embedding = nn.Embedding(num_node_kinds, hidden)
         self.feature_proj = nn.Linear(num_node_features, hidden)
@@ -83,15 +89,19 @@ class GraphSAGECostModel(nn.Module):
         elif readout == "mean_max_logsum":
             self.pool = nn.Linear(hidden, hidden)  # per-node costs, softplus then summed
         self.readout = readout
+        self.store_mlp = nn.Sequential(
+            nn.Linear(num_store_features, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
+            nn.ReLU()) if num_store_features else None
         readout = (3 if self.pool is not None else 2) * hidden \
-            + (hidden if num_program_features else 0)
+            + (hidden if num_program_features else 0) + (hidden if num_store_features else 0)
         self.head = nn.Sequential(nn.Linear(readout, hidden), nn.ReLU(), nn.Dropout(dropout),
                                   nn.Linear(hidden, hidden // 2), nn.ReLU(),
                                   nn.Linear(hidden // 2, 1))
 
     def embed(self, node_kind: torch.Tensor, x: torch.Tensor, edge_index: torch.Tensor,
               edge_type: torch.Tensor, batch: torch.Tensor,
-              program: torch.Tensor | None = None) -> torch.Tensor:
+              program: torch.Tensor | None = None, store_x: torch.Tensor | None = None,
+              store_count: torch.Tensor | None = None) -> torch.Tensor:
         """Graph embeddings :math:`(B, readout)`, the input of the head."""
         h = self.kind_embedding(node_kind) + self.feature_proj(x)
         masks = [edge_type == t for t in range(self.num_edge_types)]
@@ -107,6 +117,10 @@ class GraphSAGECostModel(nn.Module):
             parts.append(torch.log1p(global_add_pool(cost, batch, size)))
         if self.program_proj is not None:
             parts.append(torch.relu(self.program_proj(program)))
+        if self.store_mlp is not None:
+            owner = torch.repeat_interleave(torch.arange(size, device=store_count.device),
+                                            store_count)
+            parts.append(torch.log1p(global_add_pool(self.store_mlp(store_x), owner, size)))
         return torch.cat(parts, dim=-1)
 
     @property
@@ -116,6 +130,18 @@ class GraphSAGECostModel(nn.Module):
 
     def forward(self, node_kind: torch.Tensor, x: torch.Tensor, edge_index: torch.Tensor,
                 edge_type: torch.Tensor, batch: torch.Tensor,
-                program: torch.Tensor | None = None) -> torch.Tensor:
-        return self.head(self.embed(node_kind, x, edge_index, edge_type, batch,
-                                    program)).squeeze(-1)
+                program: torch.Tensor | None = None, store_x: torch.Tensor | None = None,
+                store_count: torch.Tensor | None = None) -> torch.Tensor:
+        return self.head(self.embed(node_kind, x, edge_index, edge_type, batch, program,
+                                    store_x, store_count)).squeeze(-1)
+
+
+def batch_inputs(model: nn.Module, batch) -> tuple:
+    """The inputs of `model` (its `forward` and `embed`) from a batch of
+    `Normalization.data` graphs: program and store features only if its architecture reads
+    them."""
+    arch = model.architecture
+    stores = bool(arch.get("num_store_features"))
+    return (batch.node_kind, batch.x, batch.edge_index, batch.edge_type, batch.batch,
+            batch.program if arch.get("num_program_features") else None,
+            batch.store_x if stores else None, batch.store_count if stores else None)

@@ -39,6 +39,9 @@ class Normalization:
     y_std: float
     per_flop: bool = False
     per_workload: bool = False  # absent from checkpoints written before it existed: False
+    # store features (`ProgramGraph.store_x`), for models that read them; None: none
+    store_mean: np.ndarray | None = None
+    store_std: np.ndarray | None = None
 
     @classmethod
     def fit(cls, graphs, latencies, per_flop: bool = False,
@@ -49,7 +52,9 @@ class Normalization:
         workload (`per_workload`); `y_mean` is then 0 and `y_std` the pooled within-workload
         standard deviation of the training records, so that a prediction maps to a log-latency
         relative to its workload's mean (`log_latency`), in the units of a typical workload.
+        Graphs with store features (`store_x`) standardise those too.
         """
+        graphs = list(graphs)
         x = np.concatenate([g.x for g in graphs])
         prog = np.stack([g.program for g in graphs])
         y = np.log(np.asarray(latencies, float))
@@ -60,8 +65,16 @@ class Normalization:
         else:
             residual = y - pd.Series(y).groupby(np.asarray(workloads)).transform("mean").to_numpy()
             y_mean, y_std = 0.0, float(np.sqrt(np.mean(residual ** 2)) + EPS)
+        store_mean = store_std = None
+        if graphs and all(g.store_x is not None for g in graphs):
+            rows = np.concatenate([g.store_x for g in graphs])
+            if len(rows):
+                store_mean, store_std = rows.mean(0), rows.std(0) + EPS
+            else:  # no program has a store: nothing to standardise
+                store_mean = np.zeros(rows.shape[1], np.float32)
+                store_std = np.ones(rows.shape[1], np.float32)
         return cls(x.mean(0), x.std(0) + EPS, prog.mean(0), prog.std(0) + EPS,
-                   y_mean, y_std, per_flop, workloads is not None)
+                   y_mean, y_std, per_flop, workloads is not None, store_mean, store_std)
 
     @property
     def predicts_latency(self) -> bool:
@@ -89,11 +102,16 @@ class Normalization:
         def pick(mask, theirs, ours):
             return np.where(mask, theirs, ours).astype(np.asarray(ours).dtype)
 
+        stores = {}
+        if source.store_std is not None and self.store_std is not None:
+            mask = varied(source.store_std)
+            stores = {"store_mean": pick(mask, source.store_mean, self.store_mean),
+                      "store_std": pick(mask, source.store_std, self.store_std)}
         return dataclasses.replace(
             self, x_mean=pick(x, source.x_mean, self.x_mean),
             x_std=pick(x, source.x_std, self.x_std),
             program_mean=pick(prog, source.program_mean, self.program_mean),
-            program_std=pick(prog, source.program_std, self.program_std))
+            program_std=pick(prog, source.program_std, self.program_std), **stores)
 
     def offset(self, graph) -> float:
         """What the target leaves out of a graph's log-latency: its log FLOPs if per FLOP."""
@@ -128,6 +146,14 @@ class Normalization:
         data.program = (data.program - torch.from_numpy(self.program_mean)) \
             / torch.from_numpy(self.program_std)
         data.x, data.program = data.x.float(), data.program.float()
+        if self.store_mean is not None:
+            if graph.store_x is None:
+                raise ValueError("this normalisation standardises store features, and the graph "
+                                 "has none: featurise with Featurizer(stores=True)")
+            data.store_x = ((data.store_x - torch.from_numpy(self.store_mean))
+                            / torch.from_numpy(self.store_std)).float()
+        elif graph.store_x is not None:  # a model without store features: leave them out
+            del data.store_x, data.store_count
         data.offset = torch.tensor([self.offset(graph)])
         if y is not None:
             data.y = torch.tensor([float(y)])

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from costmodel import checkpoint, featurize
+from costmodel.model import batch_inputs
 from datagen.errors import UserError
 
 PREDICT_BATCH = 128  # graphs per forward pass; smaller batches overlap more with lowering
@@ -78,8 +79,9 @@ class CostModelPredictor:
                                 "predicts a score relative to each workload "
                                 "(normalize_per_workload), the others a latency")
         self.members = members
+        stores = any(m.model.architecture.get("num_store_features") for m in members)
         self.featurizer = featurize.Featurizer(json.loads(first.meta["target"]),
-                                               cache_dir=cache_dir)
+                                               cache_dir=cache_dir, stores=stores)
 
     @property
     def meta(self) -> dict:
@@ -157,8 +159,7 @@ class CostModelPredictor:
                 m.model.eval()
                 device = next(m.model.parameters()).device
                 batch = Batch.from_data_list([m.normalization.data(g) for g in chunk]).to(device)
-                emb = m.model.embed(batch.node_kind, batch.x, batch.edge_index, batch.edge_type,
-                                    batch.batch, self._program(m, batch))
+                emb = m.model.embed(*batch_inputs(m.model, batch))
                 logs.append(m.normalization.log_latency(m.model.head(emb).squeeze(-1),
                                                         batch.offset))
                 embs.append(emb.detach().cpu().numpy())
@@ -167,10 +168,6 @@ class CostModelPredictor:
         if not log_seconds:
             return np.zeros(0), np.zeros((0, width))
         return np.exp(np.concatenate(log_seconds)), np.concatenate(embeddings)
-
-    @staticmethod
-    def _program(member, batch):
-        return batch.program if member.model.architecture.get("num_program_features") else None
 
     def adapt(self, graphs: list, latencies, groups, steps: int, lr: float) -> float:
         """Fine-tune every member on measured programs (full-batch Adam, each member's own
@@ -199,8 +196,7 @@ class CostModelPredictor:
             loss = torch.zeros(())
             for _ in range(steps):
                 optimizer.zero_grad()
-                pred = m.model(batch.node_kind, batch.x, batch.edge_index, batch.edge_type,
-                               batch.batch, self._program(m, batch))
+                pred = m.model(*batch_inputs(m.model, batch))
                 loss, _ = cost_model_loss(pred, batch.y, batch.group,
                                           m.hparams.get("mse_weight", 1.0),
                                           m.hparams.get("rank_weight", 1.0),

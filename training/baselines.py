@@ -158,18 +158,22 @@ def load_xgb(path: str, fingerprint: str | None = None, seed: int = 0,
 
 def per_store_features(frame: pd.DataFrame, target, progress: bool = False) -> list[np.ndarray]:
     """MetaSchedule's PerStoreFeature of every row of `frame`, in its order, extracted as
-    XGBModel extracts them (one [stores, features] float32 array per program)."""
+    XGBModel extracts them (`costmodel.featurize.store_features`: one [stores, features]
+    float32 array per program)."""
+    import tvm
     from tqdm import tqdm
-    from tvm.s_tir.meta_schedule.feature_extractor import FeatureExtractor
 
-    extractor = FeatureExtractor.create("per-store-feature")  # XGBModel's default
-    features = {}
-    contexts = tqdm(_contexts(frame, target), total=frame.workload_key.nunique(),
-                    unit="workload", desc="PerStoreFeature", disable=not progress)
-    for _, context, candidates, index in contexts:
-        for i, x in zip(index, extractor.extract_from(context, candidates)):
-            features[i] = x.numpy().astype(np.float32)
-    return [features[i] for i in frame.index]
+    from costmodel.featurize import store_features
+
+    workloads = {}
+    features = []
+    for key, workload_ir, trace in tqdm(zip(frame.workload_key, frame.workload_ir, frame.trace),
+                                        total=len(frame), unit="rec", desc="PerStoreFeature",
+                                        disable=not progress):
+        if key not in workloads:
+            workloads[key] = tvm.ir.load_json(workload_ir)
+        features.append(store_features(replay(workloads[key], trace).mod, target))
+    return features
 
 
 def _pack(features: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

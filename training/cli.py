@@ -28,8 +28,13 @@ def _fit(args: list[str] | None) -> int:
     from training.data import ScheduleDataModule
     from training.module import CostModelModule
 
-    LightningCLI(CostModelModule, ScheduleDataModule, seed_everything_default=0,
-                 save_config_kwargs={"overwrite": True}, args=args)
+    class CLI(LightningCLI):
+        def add_arguments_to_parser(self, parser):
+            # the data extract store features exactly when the model reads them
+            parser.link_arguments("model.use_store_features", "data.store_features")
+
+    CLI(CostModelModule, ScheduleDataModule, seed_everything_default=0,
+        save_config_kwargs={"overwrite": True}, args=args)
     return 0
 
 

@@ -207,6 +207,8 @@ class ScheduleDataModule(L.LightningDataModule):
         workloads_per_batch: workloads in one training batch.
         per_workload: records of each workload in one training batch.
         cache_dir: featurised graphs are cached here, keyed by featuriser version.
+        store_features: also extract MetaSchedule's per-store features of every record (for a
+            model with `use_store_features`; `train` sets this from it).
         seed: seeds the split and the batch order.
         per_flop: learn log-latency per FLOP of the lowered program (the model's output plus
             the program's log FLOPs is its log-latency); off by default, as it ranked worse
@@ -233,7 +235,8 @@ class ScheduleDataModule(L.LightningDataModule):
                  per_workload: int = 16, cache_dir: str = ".cache/features", seed: int = 0,
                  per_flop: bool = False, test_networks: list[str] | None = None,
                  normalize_per_workload: bool = False, train_share: float = 1.0,
-                 share_seed: int | None = None, max_cv: float | None = None):
+                 share_seed: int | None = None, max_cv: float | None = None,
+                 store_features: bool = False):
         super().__init__()
         if per_flop and normalize_per_workload:
             raise UserError("per_flop and normalize_per_workload exclude each other: "
@@ -262,7 +265,8 @@ class ScheduleDataModule(L.LightningDataModule):
         if frame.empty:
             raise UserError(f"{hp.dataset} has no successfully measured records to train on")
         check_one_target(frame, hp.dataset)
-        featurizer = Featurizer(json.loads(frame.target.iloc[0]), cache_dir=hp.cache_dir)
+        featurizer = Featurizer(json.loads(frame.target.iloc[0]), cache_dir=hp.cache_dir,
+                                stores=hp.store_features)
         graphs, failed = [], []
         rows = zip(frame.workload_ir, frame.trace, frame.trace_hash)
         for trace_hash, graph in zip(frame.trace_hash, tqdm(

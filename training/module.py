@@ -8,7 +8,7 @@ import torch
 
 from costmodel import checkpoint, featurize
 from costmodel.losses import RANK_LOSSES, cost_model_loss
-from costmodel.model import MODELS, READOUTS
+from costmodel.model import MODELS, READOUTS, batch_inputs
 from datagen.errors import UserError
 from training.metrics import kendall_tau
 
@@ -18,7 +18,8 @@ LR_SCHEDULES = ("constant", "cosine")
 ARCHITECTURE_OPTIONS = {"name": "--model.architecture", "hidden": "--model.hidden",
                         "num_layers": "--model.num_layers", "dropout": "--model.dropout",
                         "num_program_features": "--model.use_program_features",
-                        "readout": "--model.readout"}
+                        "readout": "--model.readout",
+                        "num_store_features": "--model.use_store_features"}
 
 
 def check_same_architecture(path: str, theirs: dict, ours: dict) -> None:
@@ -47,6 +48,9 @@ class CostModelModule(L.LightningModule):
         dropout: dropout in the head.
         readout: graph pooling, a name in `costmodel.model.READOUTS`.
         use_program_features: feed whole-program features (FLOPs, bytes, ...) to the head.
+        use_store_features: also read MetaSchedule's per-store features of each program beside
+            its graph (`costmodel.model.GraphSAGECostModel`); `train` passes it on to the data
+            (`ScheduleDataModule.store_features`), which then extracts them.
         lr: AdamW learning rate.
         lr_schedule: "constant" (the default), or "cosine": the learning rate falls from `lr`
             to 0 along a half cosine over all of training's steps (`max_epochs`), so the last
@@ -68,7 +72,8 @@ class CostModelModule(L.LightningModule):
 
     def __init__(self, architecture: str = "graphsage", hidden: int = 128, num_layers: int = 3,
                  dropout: float = 0.1, readout: str = "mean_max",
-                 use_program_features: bool = True, lr: float = 1e-3,
+                 use_program_features: bool = True, use_store_features: bool = False,
+                 lr: float = 1e-3,
                  lr_schedule: str = "constant", weight_decay: float = 1e-4,
                  mse_weight: float = 1.0, rank_weight: float = 1.0,
                  rank_loss: str = "logistic", init_from: str | None = None):
@@ -85,7 +90,8 @@ class CostModelModule(L.LightningModule):
             num_node_features=featurize.NUM_NODE_FEATURES,
             num_edge_types=len(featurize.EDGE_TYPES),
             num_program_features=featurize.NUM_PROGRAM_FEATURES if use_program_features else 0,
-            hidden=hidden, num_layers=num_layers, dropout=dropout, readout=readout)
+            hidden=hidden, num_layers=num_layers, dropout=dropout, readout=readout,
+            num_store_features=featurize.NUM_STORE_FEATURES if use_store_features else 0)
         # with `init_from`: its normalisation and what the new checkpoint records of it
         self.source_normalization, self.source = None, None
         if init_from:
@@ -99,14 +105,15 @@ class CostModelModule(L.LightningModule):
 
     def setup(self, stage: str) -> None:
         """With `init_from`, standardise the data's inputs as the source checkpoint did."""
+        data = self.trainer.datamodule
+        if self.hparams.use_store_features and data.normalization.store_mean is None:
+            raise UserError("use_store_features needs data with store features: set "
+                            "data.store_features true (train links the two)")
         if self.source_normalization is not None:
-            data = self.trainer.datamodule
             data.normalization = data.normalization.with_inputs_of(self.source_normalization)
 
     def forward(self, batch) -> torch.Tensor:
-        program = batch.program if self.hparams.use_program_features else None
-        return self.model(batch.node_kind, batch.x, batch.edge_index, batch.edge_type,
-                          batch.batch, program)
+        return self.model(*batch_inputs(self.model, batch))
 
     def training_step(self, batch, batch_idx):
         pred = self(batch)

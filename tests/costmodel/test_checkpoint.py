@@ -289,3 +289,30 @@ def test_the_shipped_gpu_checkpoint_scores_the_committed_gpu_records_on_a_cpu():
     assert len(set(np.round(predicted, 12))) > 1
     with pytest.raises(UserError, match="target"):
         checkpoint.load(path, target_kind="llvm")
+
+
+def test_a_store_feature_checkpoint_extracts_store_rows_to_predict(tmp_path, graphs, target):
+    """A model that reads per-store features records their layout; its predictor extracts
+    them for every program it scores, and a file naming another layout is refused."""
+    schedules = ScheduleSampler(DENSE.mod, target).random(6, 0, set())
+    with_rows = featurize.Featurizer(target, stores=True).featurize_many(
+        [c.mod for c in schedules])
+    torch.manual_seed(0)
+    model = create_model({**architecture(), "num_store_features": featurize.NUM_STORE_FEATURES})
+    norm = Normalization.fit(with_rows, np.linspace(1e-4, 2e-4, len(with_rows)))
+    meta = checkpoint.describe(model, norm, target_json(target), "data/x", "shapes",
+                               {"train": ["dense/a"], "val": [], "test": []})
+    assert meta["store_features"] == featurize.STORE_FEATURES_VERSION
+    checkpoint.save(str(tmp_path / "s.ckpt"), model, meta, {})
+    predictor = CostModelPredictor.load(str(tmp_path / "s.ckpt"))
+    assert predictor.featurizer.stores
+    seconds = predictor.predict([c.sch for c in schedules])
+    np.testing.assert_allclose(seconds, predictor.predict_graphs(with_rows), rtol=1e-5)
+    assert len(set(seconds.round(12))) > 1
+    checkpoint.save(str(tmp_path / "old.ckpt"), model,
+                    {**meta, "store_features": "ms-per-store-feature-3-5"}, {})
+    with pytest.raises(UserError, match="reads store features ms-per-store-feature-3-5 "
+                                        r"\(164 per store\).*retrain it"):
+        checkpoint.load(str(tmp_path / "old.ckpt"))
+    assert not CostModelPredictor.load(write(tmp_path / "g.ckpt", graphs,
+                                             target)).featurizer.stores

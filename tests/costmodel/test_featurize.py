@@ -4,9 +4,11 @@ import numpy as np
 import pytest
 
 from costmodel.featurize import (EDGE_TYPES, FEATURIZER_VERSION, NODE_FEATURES,
-                                 NUM_NODE_FEATURES, NUM_PROGRAM_FEATURES, PROGRAM_FEATURES,
-                                 VOCABULARY, FeaturizeError, Featurizer, ProgramGraph,
-                                 build_graph, lower_for_features, program_features, record_key)
+                                 NUM_NODE_FEATURES, NUM_PROGRAM_FEATURES, NUM_STORE_FEATURES,
+                                 PROGRAM_FEATURES, STORE_FEATURES_VERSION, VOCABULARY,
+                                 FeaturizeError, Featurizer, ProgramGraph, build_graph,
+                                 lower_for_features, program_features, record_key,
+                                 store_features)
 from datagen.sampler import ScheduleSampler
 from datagen.tvm_env import make_target
 from datagen.workloads import Workload
@@ -236,3 +238,49 @@ def test_cuda_schedules_keep_thread_bindings():
         threads = g.x[g.node_kind == VOCABULARY["loop_thread_binding"]]
         assert threads[:, F["thread_is_block"]].any()
         assert g.program[PROGRAM_FEATURES.index("log_threads_per_block")] > 0
+
+
+def test_store_features_are_what_xgbmodel_extracts(candidates, target):
+    """`store_features` of a schedule is MetaSchedule's PerStoreFeature as XGBModel extracts it
+    in tuning (a TuneContext of the workload, candidates with their argument info)."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
+
+    workload, _ = candidates[0]
+    schedules = [c for w, c in candidates if w is workload]
+    context = ms.TuneContext(mod=workload.mod, target=target, num_threads=1)
+    theirs = PerStoreFeature().extract_from(context, [
+        ms.MeasureCandidate(c.sch, ArgInfo.from_entry_func(c.mod, remove_preproc=True))
+        for c in schedules])
+    for cand, want in zip(schedules, theirs):
+        ours = store_features(cand.mod, target)
+        assert ours.dtype == np.float32 and ours.shape == (len(want.numpy()), NUM_STORE_FEATURES)
+        np.testing.assert_array_equal(ours, want.numpy().astype(np.float32))
+        assert len(ours) >= 1  # a dense schedule stores at least its output
+
+
+def test_graphs_carry_store_rows_only_when_asked(candidates, target, tmp_path):
+    """With `stores=True` every path (one program, many in threads, records) attaches the same
+    store rows, the disk cache keeps them beside the graph, and a graph cached without them is
+    featurised again rather than handed out without them."""
+    workload, cand = candidates[1]
+    ir = workload.definition()
+    plain = Featurizer(target, cache_dir=tmp_path).featurize_record(ir, cand.trace_json,
+                                                                    cand.trace_hash)
+    assert plain.store_x is None and not hasattr(plain.to_pyg(), "store_x")
+    with_stores = Featurizer(target, cache_dir=tmp_path, stores=True)
+    graph = with_stores.featurize_record(ir, cand.trace_json, cand.trace_hash)
+    want = store_features(cand.mod, target)
+    np.testing.assert_array_equal(graph.store_x, want)
+    np.testing.assert_array_equal(graph.x, plain.x)
+    key = record_key(ir, cand.trace_hash)
+    assert (tmp_path / STORE_FEATURES_VERSION / "llvm" / f"{key}.npy").exists()
+    cached = Featurizer(target, cache_dir=tmp_path, stores=True).featurize("never lowered", key)
+    np.testing.assert_array_equal(cached.store_x, want)
+    assert [len(g.store_x) for g in with_stores.featurize_many([c.mod for _, c in candidates],
+                                                                workers=2)] \
+        == [len(store_features(c.mod, target)) for _, c in candidates]
+    data = graph.to_pyg()
+    assert data.store_x.shape == (len(want), NUM_STORE_FEATURES)
+    assert data.store_count.tolist() == [len(want)]

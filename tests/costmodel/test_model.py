@@ -68,6 +68,28 @@ def test_the_logsum_readout_grows_with_the_program():
     assert torch.all(pooled[1] > pooled[0])  # 4 identical nodes against 2
 
 
+def test_store_rows_are_a_second_view_of_each_program():
+    """Store rows (S, F) of the batch's programs (row counts per graph): each program pools only
+    its own rows, in any order, a program without stores works, and the branch is trained."""
+    torch.manual_seed(0)
+    model = GraphSAGECostModel(3, 3, 2, num_program_features=2, hidden=16,
+                               num_store_features=4).eval()
+    assert model.architecture["num_store_features"] == 4
+    assert "num_store_features" not in GraphSAGECostModel(3, 3, 2).architecture  # as before
+    program, rows, count = torch.ones(2, 2), torch.randn(3, 4), torch.tensor([3, 0])
+    out = model(*_tiny_batch(), program, rows, count)
+    assert out.shape == (2,) and model.embed(*_tiny_batch(), program, rows,
+                                             count).shape == (2, 4 * 16)
+    torch.testing.assert_close(model(*_tiny_batch(), program, rows[[2, 0, 1]], count), out)
+    changed = model(*_tiny_batch(), program, rows + 1.0, count)
+    assert changed[0] != out[0] and changed[1] == out[1]  # graph 1 has no rows to change
+    shifted = model(*_tiny_batch(), program, rows, torch.tensor([1, 2]))
+    assert shifted[1] != out[1]  # rows now belong to graph 1 as well
+    model.train()
+    model(*_tiny_batch(), program, rows, count).sum().backward()
+    assert all(p.grad is not None for p in model.store_mlp.parameters())
+
+
 def test_an_unknown_readout_is_refused():
     with pytest.raises(ValueError, match="unknown readout 'sum'"):
         GraphSAGECostModel(3, 3, 2, readout="sum")
@@ -205,6 +227,30 @@ def _graphs(n):
                          x=np.full((2, NUM_NODE_FEATURES), float(i), np.float32),
                          edge_index=np.array([[0], [1]]), edge_type=np.zeros(1, np.int64),
                          program=np.zeros(NUM_PROGRAM_FEATURES, np.float32)) for i in range(n)]
+
+
+def test_store_rows_are_standardised_with_the_training_statistics():
+    from torch_geometric.data import Batch
+
+    from costmodel.normalization import Normalization
+
+    graphs = _graphs(3)
+    rows = [np.array([[1.0, 5.0]], np.float32), np.zeros((0, 2), np.float32),
+            np.array([[3.0, 5.0], [5.0, 5.0]], np.float32)]
+    for g, r in zip(graphs, rows):
+        g.store_x = r
+    norm = Normalization.from_dict(Normalization.fit(graphs, [1e-3, 2e-3, 3e-3]).to_dict())
+    np.testing.assert_allclose(norm.store_mean, [3.0, 5.0])
+    np.testing.assert_allclose(norm.store_std, [np.sqrt(8 / 3), 0.0], atol=1e-5)
+    batch = Batch.from_data_list([norm.data(g) for g in graphs])
+    assert batch.store_count.tolist() == [1, 0, 2]
+    np.testing.assert_allclose(batch.store_x[:, 0].numpy(), np.array([-2, 0, 2]) / np.sqrt(8 / 3),
+                               rtol=1e-5)
+    assert torch.all(batch.store_x[:, 1] == 0)  # a constant feature stays at 0
+    plain = Normalization.fit(_graphs(3), [1e-3, 2e-3, 3e-3])
+    assert plain.store_mean is None and not hasattr(plain.data(graphs[0]), "store_x")
+    with pytest.raises(ValueError, match="Featurizer\\(stores=True\\)"):
+        norm.data(_graphs(1)[0])
 
 
 def test_per_workload_normalization_standardises_each_workload():

@@ -251,3 +251,32 @@ def test_unknown_lr_schedule_is_one_line(tiny_dataset, tmp_path):
                  "--model.lr_schedule", "step", cwd=tmp_path)
     assert_clean_error(proc, "unknown lr_schedule 'step'; choose one of constant, cosine",
                        prog="train")
+
+
+def test_store_features_train_through_the_cli(tiny_dataset, tmp_path):
+    """`--model.use_store_features` alone makes the data extract the store rows (the CLI links
+    the two): the checkpoint reads them, and scores schedules as it scores their records."""
+    import tvm
+
+    from costmodel import checkpoint as checkpoint_file
+    from costmodel.featurize import NUM_STORE_FEATURES
+    from costmodel.predictor import CostModelPredictor
+    from datagen.records import read_records
+    from datagen.sampler import replay
+
+    proc = train("--data.dataset", tiny_dataset, "--trainer.max_epochs", "2",
+                 "--model.use_store_features", "true", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (path,) = glob.glob(str(tmp_path / "checkpoints" / "*.ckpt"))
+    meta = checkpoint_file.read(path)["costmodel"]
+    assert meta["architecture"]["num_store_features"] == NUM_STORE_FEATURES
+    assert len(meta["normalization"]["store_mean"]) == NUM_STORE_FEATURES
+    frame = read_records(tiny_dataset)
+    frame = frame[frame.status == "ok"].head(12)
+    predictor = CostModelPredictor.load(path)
+    mods = [replay(tvm.ir.load_json(r.workload_ir), r.trace).mod for r in frame.itertuples()]
+    np.testing.assert_allclose(predictor.predict(mods), predictor.predict_records(frame),
+                               rtol=1e-5)
+    proc = train("--data.dataset", tiny_dataset, "--trainer.fast_dev_run", "true",
+                 "--data.store_features", "true", cwd=tmp_path)
+    assert proc.returncode != 0  # linked: only the model's flag sets it
