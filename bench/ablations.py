@@ -11,6 +11,7 @@ and is scored on the same held-out records: every workload that occurs only in t
 - relative: targets standardised per workload (a relative score: no MAPE);
 - stores: as base, the model also reads MetaSchedule's per-store features (TenSet's input, what
   the tree baselines see) beside the graph (`--model.use_store_features`);
+- stores_lambdarank: as stores, with LambdaRank in place of the pairwise loss;
 - narrow: trained on the first dataset (`data/llvm-full`, 52 hand-picked workloads, its own
   held-out-shapes split), scored on the same held-out networks: what the breadth bought.
 
@@ -60,6 +61,8 @@ VARIANTS = {
     "relative": ("targets standardised per workload", {}, {"normalize_per_workload": True}),
     "stores": ("as base, plus per-store features beside the graph",
                {"use_store_features": True}, {}),
+    "stores_lambdarank": ("as stores, with LambdaRank for the rank loss",
+                          {"use_store_features": True, "rank_loss": "lambdarank"}, {}),
     "narrow": ("as base, trained on data/llvm-full (52 workloads)", {},
                {"dataset": "data/llvm-full", "split": "shapes", "test_networks": None}),
 }
