@@ -19,8 +19,9 @@ and is scored on the same held-out records: every workload that occurs only in t
 to choose on validation), e.g. `--try wide model.hidden=256`.
 
 A variant trained with several seeds is also scored as their ensemble (mean predicted
-log-latency, `CostModelPredictor.load` of all of them). The tree baselines (MetaSchedule's
-XGBModel, TenSet's LightGBM) train once on the base split's training records. Which variant
+log-latency, `CostModelPredictor.load` of all of them). The baselines (MetaSchedule's
+XGBModel, TenSet's LightGBM and MLP; `training.baselines`) train once on the base split's
+training records. Which variant
 wins is decided on the validation workloads (the mean of the runs' best validation tau),
 never on the held-out networks: the table shows both.
 
@@ -31,7 +32,7 @@ runs are read back, so an interrupted benchmark resumes (a run made with other s
 refused: use another --out).
 
     python bench/ablations.py [--variants base clean listmle lambdarank relative stores narrow]
-        [--seeds 0 1 2] [--max-epochs 30] [--baselines xgb lightgbm] [--out bench/results/ablations]
+        [--seeds 0 1 2] [--max-epochs 30] [--baselines xgb lightgbm mlp] [--out bench/results/ablations]
         [--summary summary.json]
 """
 
@@ -230,7 +231,8 @@ def baseline(args, held: HeldOut, name: str) -> dict:
         return found
     print(f"baseline {name} ...", flush=True)
     target = make_target(json.loads(held.test.target.iloc[0]))
-    scores = next(iter(BASELINES.get(name)(held.train, held.test, target, [0])))
+    scores = next(iter(BASELINES.get(name)(held.train, held.test, target, [0],
+                                           cache_dir=held.cache_dir)))
     found = _metrics(held.test, -scores, latency=False)
     result = {"settings": wanted, "overall": found["overall"],
               "per_network": found["per_network"]}
@@ -335,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
                         metavar="NAME model.KEY=VALUE", help="a variant of your own")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--max-epochs", type=int, default=30)
-    parser.add_argument("--baselines", nargs="*", default=["xgb", "lightgbm"])
+    parser.add_argument("--baselines", nargs="*", default=["xgb", "lightgbm", "mlp"])
     parser.add_argument("--accelerator", choices=["cpu", "gpu"], default="cpu")
     parser.add_argument("--config", default=CONFIG, help="base `train fit` config")
     parser.add_argument("--cache-dir", default=".cache/features")

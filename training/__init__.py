@@ -3,7 +3,7 @@
 - `data`: the dataset as a LightningDataModule (splits, normalisation, workload batches).
 - `module`: the LightningModule around a network of `costmodel.model`.
 - `metrics`: the field's cost-model metrics; `baselines`: MetaSchedule's XGBModel and TenSet's
-  LightGBM on our data, by name in `BASELINES`.
+  LightGBM and MLP on our data, by name in `BASELINES`.
 - `evaluate`: `costmodel evaluate`, checkpoints against the baselines on held-out workloads.
 - `cli`: the `train` and `costmodel` commands.
 """

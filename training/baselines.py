@@ -1,4 +1,5 @@
-"""Tree baselines on MetaSchedule's PerStoreFeature, by name in `BASELINES`.
+"""Baselines on MetaSchedule's PerStoreFeature (the field's tree models and TenSet's MLP), by
+name in `BASELINES`.
 
 - "xgb": the baseline TVM tunes with today, MetaSchedule's XGBModel. It is trained and scored
   on exactly the records and splits our model gets: each training workload's records become
@@ -11,19 +12,29 @@
   TenSet's hyperparameters. TenSet's optional operator-tag embedding is left out, so both
   baselines see the same features.
 
-Both predict throughput relative to the best candidate of each workload, not absolute latency,
-so they have ranking metrics but no MAPE.
+- "mlp": TenSet's MLP cost model (`MLPModelInternal`, trained from scratch), rewritten here
+  in plain torch: each store's PerStoreFeature row (each column over its maximum on the
+  training rows) through a two-layer MLP, summed per program, two residual layers and a
+  linear head; trained with TenSet's LambdaRank loss on the normalised throughput of batches
+  of 512 programs, with its optimiser, epochs, gradient clipping and early stop. Without its
+  optional workload embedding, as for LightGBM.
 
-MetaSchedule's MLPModel is not offered: its full training calls `StepLR(..., verbose=...)`, an
-argument torch 2.13 no longer has, so it does not train with the torch this project pins.
+All three predict throughput relative to the best candidate of each workload, not absolute
+latency, so they have ranking metrics but no MAPE.
+
+MetaSchedule's own MLPModel is not offered: its full training calls `StepLR(..., verbose=...)`,
+an argument torch 2.13 no longer has, so it does not train with the torch this project pins.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
+from torch import nn
 
 from costmodel.registry import Registry
 from datagen.measure import OK
@@ -44,6 +55,11 @@ LIGHTGBM_THREADS = 1
 # LightGBM's default leaf size (TenSet kept it); smaller for training sets of fewer than
 # 20 * 20 store rows, where it would leave no feature to split on
 LIGHTGBM_MIN_DATA_IN_LEAF = 20
+# TenSet's MLPModelInternal with the LambdaRank loss it defaults to (its StepLR has gamma 1: a
+# constant learning rate); training stops early when the moving average of the training loss
+# has not improved for a sixth of the epochs
+TENSET_MLP = {"hidden": 256, "lr": 7e-4, "weight_decay": 1e-6, "epochs": 50, "batch_size": 512,
+              "grad_clip": 0.5, "predict_batch_size": 4096}
 
 
 def _contexts(frame: pd.DataFrame, target):
@@ -156,20 +172,35 @@ def load_xgb(path: str, fingerprint: str | None = None, seed: int = 0,
     return model
 
 
-def per_store_features(frame: pd.DataFrame, target, progress: bool = False) -> list[np.ndarray]:
+def per_store_features(frame: pd.DataFrame, target, progress: bool = False,
+                       cache_dir: str | None = None) -> list[np.ndarray]:
     """MetaSchedule's PerStoreFeature of every row of `frame`, in its order, extracted as
     XGBModel extracts them (`costmodel.featurize.store_features`: one [stores, features]
-    float32 array per program)."""
+    float32 array per program).
+
+    Args:
+        cache_dir: a `Featurizer` cache folder: a record whose store features it already
+            holds (under its `trace_hash`) is read from there (plain arrays, nothing unpickled)
+            instead of lowered again.
+    """
     import tvm
     from tqdm import tqdm
 
-    from costmodel.featurize import store_features
+    from costmodel.featurize import STORE_FEATURES_VERSION, record_key, store_features
 
-    workloads = {}
+    cached = Path(cache_dir) / STORE_FEATURES_VERSION / target.kind.name if cache_dir else None
+    hashes = frame.trace_hash if cached is not None else [None] * len(frame)
+    workloads, prefixes = {}, {}
     features = []
-    for key, workload_ir, trace in tqdm(zip(frame.workload_key, frame.workload_ir, frame.trace),
-                                        total=len(frame), unit="rec", desc="PerStoreFeature",
-                                        disable=not progress):
+    for key, workload_ir, trace, trace_hash in tqdm(
+            zip(frame.workload_key, frame.workload_ir, frame.trace, hashes), total=len(frame),
+            unit="rec", desc="PerStoreFeature", disable=not progress):
+        if trace_hash:  # the Featurizer's cache key: a digest of the workload, the trace hash
+            if key not in prefixes:
+                prefixes[key] = record_key(workload_ir, "")
+            if (path := cached / f"{prefixes[key]}{trace_hash}.npy").exists():
+                features.append(np.load(path, allow_pickle=False))
+                continue
         if key not in workloads:
             workloads[key] = tvm.ir.load_json(workload_ir)
         features.append(store_features(replay(workloads[key], trace).mod, target))
@@ -234,19 +265,155 @@ def predict_lightgbm(booster, frame: pd.DataFrame, target,
     return pd.Series(np.bincount(ids, weights=raw, minlength=len(frame)), index=frame.index)
 
 
+class SegmentSumMLP(nn.Module):
+    """TenSet's MLP: every store row through a two-layer MLP, summed per program, two residual
+    layers and a linear head; one score per program (higher is faster)."""
+
+    def __init__(self, in_dim: int, hidden: int = TENSET_MLP["hidden"]):
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(),
+                                     nn.Linear(hidden, hidden), nn.ReLU())
+        self.residual = nn.ModuleList(nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU())
+                                      for _ in range(2))
+        self.head = nn.Linear(hidden, 1)
+
+    def forward(self, rows: torch.Tensor, program: torch.Tensor, programs: int) -> torch.Tensor:
+        """Scores of `programs` programs; `program[i]` is the program of store row i.
+
+        Shapes:
+            rows: [stores, in_dim]; program: [stores]; output: [programs].
+        """
+        hidden = self.encoder(rows)
+        out = hidden.new_zeros(programs, hidden.shape[1]).index_add_(0, program, hidden)
+        for layer in self.residual:
+            out = layer(out) + out
+        return self.head(out).squeeze(-1)
+
+
+def tenset_lambdarank_loss(pred: torch.Tensor, label: torch.Tensor,
+                           eps: float = 1e-10) -> torch.Tensor:
+    """TenSet's LambdaRank loss of one batch, taken as one list (TenSet mixes workloads in a
+    batch; the labels, normalised throughputs, are 1 for each workload's fastest).
+
+    Ordered by prediction, every pair (i, j) whose labels say i is faster than j adds
+    -w_ij log2 sigmoid(s_i - s_j) (at most -log2 eps), with w_ij = |1/D_i - 1/D_j| |G_i - G_j|:
+    the NDCG discount D = log2(1 + position) and gain G = (2^label - 1) / ideal DCG.
+    """
+    order = pred.argsort(descending=True)
+    scores, gains = pred[order], label[order]
+    discount = torch.log2(torch.arange(2, len(pred) + 2, dtype=pred.dtype, device=pred.device))
+    ideal = ((2 ** label.sort(descending=True).values - 1) / discount).sum().clamp(min=eps)
+    gain = (2 ** gains.clamp(min=0) - 1) / ideal
+    weight = (1 / discount[:, None] - 1 / discount[None, :]).abs() \
+        * (gain[:, None] - gain[None, :]).abs()
+    diff = (scores[:, None] - scores[None, :]).clamp(-1e8, 1e8)
+    pair_loss = (weight * torch.log2(torch.sigmoid(diff).clamp(min=eps))).clamp(min=np.log2(eps))
+    return -pair_loss[gains[:, None] > gains[None, :]].sum()
+
+
+def _batch(x: torch.Tensor, starts: np.ndarray, counts: np.ndarray, programs: np.ndarray):
+    """The store rows of `programs` (indices into the packed programs) and their program ids
+    within the batch."""
+    index = np.concatenate([np.arange(starts[p], starts[p] + counts[p]) for p in programs])
+    ids = np.repeat(np.arange(len(programs)), counts[programs])
+    return x[torch.from_numpy(index)], torch.from_numpy(ids)
+
+
+def fit_tenset_mlp(frame: pd.DataFrame, target, seed: int = 0, progress: bool = False,
+                   features: list[np.ndarray] | None = None, cache_dir: str | None = None):
+    """TenSet's MLP baseline trained on the successful records of `frame` (labels as for
+    LightGBM: each program's normalised throughput); programs without stores are left out.
+
+    Returns:
+        (the `SegmentSumMLP`, the per-column divisors of its input) for `predict_tenset_mlp`.
+    """
+    from tqdm import tqdm
+
+    frame = frame[frame.status == OK]
+    cost = frame.latency_median.astype(float)
+    throughput = (cost.groupby(frame.workload_key).transform("min") / cost).to_numpy()
+    if features is None:
+        features = per_store_features(frame, target, progress, cache_dir)
+    keep = [i for i, f in enumerate(features) if len(f)]
+    x, _ = _pack([features[i] for i in keep])
+    scale = np.where(x.max(axis=0) > 0, x.max(axis=0), 1).astype(np.float32)
+    x = torch.from_numpy(x / scale)
+    labels = torch.tensor(throughput[keep], dtype=torch.float32)
+    counts = np.array([len(features[i]) for i in keep])
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    hp = TENSET_MLP
+    torch.manual_seed(seed)
+    net = SegmentSumMLP(x.shape[1], hp["hidden"])
+    optimizer = torch.optim.Adam(net.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
+    shuffle = np.random.default_rng(seed)
+    average, best, best_epoch = None, float("inf"), 0
+    for epoch in tqdm(range(hp["epochs"]), unit="epoch", desc="TenSet MLP", disable=not progress):
+        net.train()
+        order = shuffle.permutation(len(keep))
+        for start in range(0, len(order), hp["batch_size"]):
+            programs = order[start:start + hp["batch_size"]]
+            rows, ids = _batch(x, starts, counts, programs)
+            loss = tenset_lambdarank_loss(net(rows, ids, len(programs)),
+                                          labels[torch.from_numpy(programs)])
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(net.parameters(), hp["grad_clip"])
+            optimizer.step()
+            average = loss.item() if average is None else 0.95 * average + 0.05 * loss.item()
+        if average < best:
+            best, best_epoch = average, epoch
+        elif epoch - best_epoch >= hp["epochs"] // 6:
+            break
+    return net.eval(), scale
+
+
+def predict_tenset_mlp(model, frame: pd.DataFrame, target,
+                       features: list[np.ndarray] | None = None,
+                       cache_dir: str | None = None) -> pd.Series:
+    """TenSet MLP scores (higher is faster) for every row of `frame`, indexed like it."""
+    net, scale = model
+    if features is None:
+        features = per_store_features(frame, target, cache_dir=cache_dir)
+    x, _ = _pack(features)
+    x = torch.from_numpy(x / scale)
+    counts = np.array([len(f) for f in features])
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]) if len(counts) else counts
+    scores = []
+    with torch.no_grad():
+        for start in range(0, len(features), TENSET_MLP["predict_batch_size"]):
+            programs = np.arange(start, min(start + TENSET_MLP["predict_batch_size"],
+                                            len(features)))
+            rows, ids = _batch(x, starts, counts, programs)
+            scores.append(net(rows, ids, len(programs)).numpy())
+    return pd.Series(np.concatenate(scores) if scores else np.zeros(0), index=frame.index,
+                     dtype=float)
+
+
 @BASELINES.register("xgb")
 def score_xgb(train: pd.DataFrame, test: pd.DataFrame, target,
-              seeds: list[int]) -> list[np.ndarray]:
-    """MetaSchedule's XGBModel fitted on `train` once per seed: its scores of the `test` rows."""
+              seeds: list[int], cache_dir: str | None = None) -> list[np.ndarray]:
+    """MetaSchedule's XGBModel fitted on `train` once per seed: its scores of the `test` rows
+    (`cache_dir` unused: XGBModel extracts its own features)."""
     return [predict_xgb(fit_xgb(train, target, seed=s), test, target).to_numpy() for s in seeds]
 
 
 @BASELINES.register("lightgbm")
 def score_lightgbm(train: pd.DataFrame, test: pd.DataFrame, target,
-                   seeds: list[int]) -> list[np.ndarray]:
-    """TenSet's LightGBM baseline fitted on `train` once per seed (features extracted once):
-    its scores of the `test` rows."""
+                   seeds: list[int], cache_dir: str | None = None) -> list[np.ndarray]:
+    """TenSet's LightGBM baseline fitted on `train` once per seed (features extracted once,
+    or read from a `Featurizer` cache): its scores of the `test` rows."""
     train = train[train.status == OK]
-    features = per_store_features(train, target), per_store_features(test, target)
+    features = [per_store_features(f, target, cache_dir=cache_dir) for f in (train, test)]
     return [predict_lightgbm(fit_lightgbm(train, target, seed=s, features=features[0]), test,
                              target, features[1]).to_numpy() for s in seeds]
+
+
+@BASELINES.register("mlp")
+def score_tenset_mlp(train: pd.DataFrame, test: pd.DataFrame, target,
+                     seeds: list[int], cache_dir: str | None = None) -> list[np.ndarray]:
+    """TenSet's MLP baseline fitted on `train` once per seed (features extracted once, or read
+    from a `Featurizer` cache): its scores of the `test` rows."""
+    train = train[train.status == OK]
+    features = [per_store_features(f, target, cache_dir=cache_dir) for f in (train, test)]
+    return [predict_tenset_mlp(fit_tenset_mlp(train, target, seed=s, features=features[0]),
+                               test, target, features[1]).to_numpy() for s in seeds]

@@ -1,4 +1,5 @@
-"""MetaSchedule's XGBModel trained and scored on our records."""
+"""The baselines (MetaSchedule's XGBModel, TenSet's LightGBM and MLP) trained and scored on our
+records."""
 
 import numpy as np
 import pytest
@@ -63,7 +64,69 @@ def test_lightgbm_fits_and_ranks_its_training_data(tiny_dataset):
     again = predict_lightgbm(fit_lightgbm(frame, target, seed=0, features=features), frame,
                              target, features)
     np.testing.assert_allclose(again, scores)  # seeded
-    assert BASELINES.names() == ("xgb", "lightgbm")
+    assert BASELINES.names() == ("xgb", "lightgbm", "mlp")
     runs = BASELINES.get("lightgbm")(frame, frame.head(5), target, [0, 1])
     assert len(runs) == 2 and all(r.shape == (5,) for r in runs)
     np.testing.assert_allclose(runs[0], scores.head(5))
+
+
+def test_tenset_mlp_fits_and_ranks_its_training_data(tiny_dataset):
+    from training.baselines import (BASELINES, fit_tenset_mlp, per_store_features,
+                                    predict_tenset_mlp)
+
+    frame = read_records(tiny_dataset)
+    frame = frame[frame.status == "ok"]
+    target = make_target(None)
+    features = per_store_features(frame, target)
+    model = fit_tenset_mlp(frame, target, seed=0, features=features)
+    scores = predict_tenset_mlp(model, frame, target, features)
+    assert scores.index.equals(frame.index) and np.isfinite(scores).all()
+    assert kendall_tau(frame.workload_key, frame.latency_median, -scores) > 0.2
+    np.testing.assert_allclose(predict_tenset_mlp(model, frame, target), scores, rtol=1e-5)
+    again = fit_tenset_mlp(frame, target, seed=0, features=features)
+    np.testing.assert_allclose(predict_tenset_mlp(again, frame, target, features), scores,
+                               rtol=1e-5)  # seeded
+    runs = BASELINES.get("mlp")(frame, frame.head(5), target, [0, 1])
+    assert len(runs) == 2 and all(r.shape == (5,) for r in runs)
+    np.testing.assert_allclose(runs[0], scores.head(5), rtol=1e-5)
+    assert not np.allclose(runs[0], runs[1])  # another seed, another model
+
+
+def test_tenset_lambdarank_loss_prefers_the_true_order():
+    import torch
+
+    from training.baselines import tenset_lambdarank_loss
+
+    label = torch.tensor([1.0, 0.5, 0.25, 0.1])  # normalised throughput: the first is fastest
+    right = tenset_lambdarank_loss(torch.tensor([4.0, 3.0, 2.0, 1.0]), label)
+    wrong = tenset_lambdarank_loss(torch.tensor([1.0, 2.0, 3.0, 4.0]), label)
+    assert 0 < right < wrong
+    # a misorder at the top costs more than the same misorder at the bottom
+    top = tenset_lambdarank_loss(torch.tensor([3.0, 4.0, 2.0, 1.0]), label)
+    bottom = tenset_lambdarank_loss(torch.tensor([4.0, 3.0, 1.0, 2.0]), label)
+    assert top > bottom
+    pred = torch.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    tenset_lambdarank_loss(pred, label).backward()
+    assert pred.grad[0] < 0 < pred.grad[3]  # descent raises the fastest, lowers the slowest
+
+
+def test_store_features_are_read_from_the_featurizer_cache(tiny_dataset, tmp_path):
+    from costmodel.featurize import Featurizer
+    from training.baselines import per_store_features
+
+    frame = read_records(tiny_dataset)
+    frame = frame[frame.status == "ok"].head(12)
+    target = make_target(None)
+    featurizer = Featurizer(target, cache_dir=tmp_path, stores=True)
+    list(featurizer.iter_records(zip(frame.workload_ir, frame.trace, frame.trace_hash)))
+    fresh = per_store_features(frame, target)
+    cached = per_store_features(frame, target, cache_dir=str(tmp_path))
+    assert len(cached) == len(fresh)
+    for a, b in zip(cached, fresh):  # the Featurizer caches what XGBModel would extract
+        np.testing.assert_array_equal(a, b)
+    # and what the cache holds is what comes back (read, not lowered again)
+    [path] = tmp_path.rglob(f"*-{frame.trace_hash.iloc[3]}.npy")
+    marker = np.full((1, fresh[3].shape[1]), 7, np.float32)
+    np.save(path, marker, allow_pickle=False)
+    np.testing.assert_array_equal(per_store_features(frame, target, cache_dir=str(tmp_path))[3],
+                                  marker)

@@ -81,8 +81,8 @@ def test_evaluate_writes_report_and_plots(checkpoint, tiny_dataset, tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["split"] == "family" and report["test_families"] == ["softmax"]
     assert report["test_networks"] == ["tiny"]
-    assert list(report["models"]) == ["graphsage", "xgb", "lightgbm"]
-    for name in ("graphsage", "xgb", "lightgbm"):
+    assert list(report["models"]) == ["graphsage", "xgb", "lightgbm", "mlp"]
+    for name in ("graphsage", "xgb", "lightgbm", "mlp"):
         metrics = report["models"][name]["mean"]
         assert set(metrics) == {"ape", "mape", "kendall_tau", "opa", "top1_score",
                                 "top5_score", "apeak32"}
@@ -92,7 +92,7 @@ def test_evaluate_writes_report_and_plots(checkpoint, tiny_dataset, tmp_path):
         assert json.dumps(run["per_network"]["tiny"]) == json.dumps(run["overall"])
     assert report["models"]["graphsage"]["predicts_latency"]
     assert report["models"]["graphsage"]["mean"]["mape"] is not None
-    for name in ("xgb", "lightgbm"):
+    for name in ("xgb", "lightgbm", "mlp"):
         assert report["models"][name]["mean"]["mape"] is None
         assert not report["models"][name]["predicts_latency"]
     text = (out / "report.md").read_text()
