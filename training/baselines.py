@@ -207,6 +207,13 @@ def per_store_features(frame: pd.DataFrame, target, progress: bool = False,
     return features
 
 
+def normalised_throughput(frame: pd.DataFrame) -> np.ndarray:
+    """TenSet's label of every row: its workload's best latency over its own (1 for the
+    fastest, higher is faster)."""
+    cost = frame.latency_median.astype(float)
+    return (cost.groupby(frame.workload_key).transform("min") / cost).to_numpy()
+
+
 def _pack(features: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """The rows of all programs stacked, and the program (pack) each row belongs to."""
     ids = np.repeat(np.arange(len(features)), [len(f) for f in features])
@@ -233,8 +240,7 @@ def fit_lightgbm(frame: pd.DataFrame, target, seed: int = 0, progress: bool = Fa
     import lightgbm as lgb
 
     frame = frame[frame.status == OK]
-    cost = frame.latency_median.astype(float)
-    throughput = (cost.groupby(frame.workload_key).transform("min") / cost).to_numpy()
+    throughput = normalised_throughput(frame)
     if features is None:
         features = per_store_features(frame, target, progress)
     keep = np.array([len(f) > 0 for f in features])
@@ -330,8 +336,7 @@ def fit_tenset_mlp(frame: pd.DataFrame, target, seed: int = 0, progress: bool = 
     from tqdm import tqdm
 
     frame = frame[frame.status == OK]
-    cost = frame.latency_median.astype(float)
-    throughput = (cost.groupby(frame.workload_key).transform("min") / cost).to_numpy()
+    throughput = normalised_throughput(frame)
     if features is None:
         features = per_store_features(frame, target, progress, cache_dir)
     keep = [i for i, f in enumerate(features) if len(f)]
