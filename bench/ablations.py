@@ -19,7 +19,9 @@ and is scored on the same held-out records: every workload that occurs only in t
 to choose on validation), e.g. `--try wide model.hidden=256`.
 
 A variant trained with several seeds is also scored as their ensemble (mean predicted
-log-latency, `CostModelPredictor.load` of all of them). The baselines (MetaSchedule's
+log-latency, `CostModelPredictor.load` of all of them). With `--hybrid BASELINE` each variant
+(its ensemble) is also scored averaged with that baseline, both standardised within each
+workload: whether the two views of a program complement each other (an ablation only). The baselines (MetaSchedule's
 XGBModel, TenSet's LightGBM and MLP; `training.baselines`) train once on the base split's
 training records. Which variant
 wins is decided on the validation workloads (the mean of the runs' best validation tau),
@@ -33,7 +35,7 @@ refused: use another --out).
 
     python bench/ablations.py [--variants base clean listmle lambdarank relative stores narrow]
         [--seeds 0 1 2] [--max-epochs 30] [--baselines xgb lightgbm mlp] [--out bench/results/ablations]
-        [--summary summary.json]
+        [--hybrid lightgbm] [--summary summary.json]
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ import shutil
 import subprocess
 import sys
 import time
+
+import numpy as np
+import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from transfer import portable, read_result, write_json  # noqa: E402  (a sibling script)
@@ -133,8 +138,6 @@ def settings(args, variant: str) -> dict:
 def train(args, variant: str, seed: int, work: str) -> tuple[str, float, float]:
     """`train fit` for one (variant, seed) in `work`: its best checkpoint, that checkpoint's
     validation tau and the wall-clock seconds of the whole run."""
-    import pandas as pd
-
     from datagen.errors import UserError
 
     shutil.rmtree(work, ignore_errors=True)  # a run that did not finish starts over
@@ -180,15 +183,29 @@ class HeldOut:
         self.cache_dir = args.cache_dir
         self.device = "cuda" if args.accelerator == "gpu" else "cpu"
 
+    def predictor(self, checkpoints: list[str]):
+        """One checkpoint, or several as an ensemble."""
+        from costmodel.predictor import CostModelPredictor
+
+        return CostModelPredictor.load(checkpoints if len(checkpoints) > 1 else checkpoints[0],
+                                       cache_dir=self.cache_dir, device=self.device)
+
     def score(self, checkpoints: list[str]) -> dict:
         """Overall and per-network metrics of one checkpoint, or several as an ensemble."""
-        from costmodel.predictor import CostModelPredictor
         from training.evaluate import score
 
-        predictor = CostModelPredictor.load(checkpoints if len(checkpoints) > 1
-                                            else checkpoints[0],
-                                            cache_dir=self.cache_dir, device=self.device)
-        found = score(predictor, self.test)
+        found = score(self.predictor(checkpoints), self.test)
+        return {"overall": found["overall"], "per_network": found["per_network"]}
+
+    def hybrid(self, checkpoints: list[str], other) -> dict:
+        """Metrics of the checkpoints' (ensemble's) predictions averaged with another model's
+        scores (lower is faster), each standardised within its workload first."""
+        from training.evaluate import _metrics
+
+        ours = np.log(self.predictor(checkpoints).predict_records(self.test))
+        both = (within_workload_z(self.test.workload_key, ours)
+                + within_workload_z(self.test.workload_key, other)) / 2
+        found = _metrics(self.test, both, latency=False)
         return {"overall": found["overall"], "per_network": found["per_network"]}
 
     def check(self, meta: dict, variant: str) -> None:
@@ -207,8 +224,6 @@ class HeldOut:
 
 def spread(rows: list[dict]) -> dict:
     """Per metric: mean and standard deviation over rows where it is defined."""
-    import numpy as np
-
     out = {}
     for metric in rows[0]:
         vals = [r[metric] for r in rows if r[metric] is not None and math.isfinite(r[metric])]
@@ -217,10 +232,39 @@ def spread(rows: list[dict]) -> dict:
     return out
 
 
-def baseline(args, held: HeldOut, name: str) -> dict:
-    """A tree baseline trained on the base split's training records, scored once (cached)."""
+def within_workload_z(keys, values) -> np.ndarray:
+    """`values` standardised within each workload (mean 0, standard deviation 1 where the
+    workload's values differ)."""
+    frame = pd.DataFrame({"k": np.asarray(keys), "v": np.asarray(values, float)})
+    group = frame.groupby("k").v
+    std = group.transform("std").fillna(0).to_numpy()
+    return (frame.v.to_numpy() - group.transform("mean").to_numpy()) / np.where(std > 0, std, 1)
+
+
+def baseline_scores(args, held: HeldOut, name: str) -> np.ndarray:
+    """A tree baseline's held-out predictions (lower is faster), trained once on the base
+    split's training records and kept in --out/baselines/NAME-scores.npz (arrays only)."""
     from datagen.tvm_env import make_target
     from training.baselines import BASELINES
+
+    path = os.path.join(args.out, "baselines", f"{name}-scores.npz")
+    keys = (held.test.workload_key + "/" + held.test.trace_hash).to_numpy(str)
+    if os.path.isfile(path):
+        with np.load(path, allow_pickle=False) as kept:
+            if kept["keys"].shape == keys.shape and (kept["keys"] == keys).all() \
+                    and int(kept["train"]) == len(held.train):
+                return kept["scores"]
+    print(f"baseline {name} ...", flush=True)
+    target = make_target(json.loads(held.test.target.iloc[0]))
+    scores = -next(iter(BASELINES.get(name)(held.train, held.test, target, [0],
+                                            cache_dir=held.cache_dir)))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    np.savez(path, scores=scores, keys=keys, train=len(held.train))
+    return scores
+
+
+def baseline(args, held: HeldOut, name: str) -> dict:
+    """A tree baseline trained on the base split's training records, scored once (cached)."""
     from training.evaluate import _metrics
 
     path = os.path.join(args.out, "baselines", f"{name}.json")
@@ -229,11 +273,7 @@ def baseline(args, held: HeldOut, name: str) -> dict:
               "train": len(held.train)}
     if (found := read_result(path, wanted)) is not None:
         return found
-    print(f"baseline {name} ...", flush=True)
-    target = make_target(json.loads(held.test.target.iloc[0]))
-    scores = next(iter(BASELINES.get(name)(held.train, held.test, target, [0],
-                                           cache_dir=held.cache_dir)))
-    found = _metrics(held.test, -scores, latency=False)
+    found = _metrics(held.test, baseline_scores(args, held, name), latency=False)
     result = {"settings": wanted, "overall": found["overall"],
               "per_network": found["per_network"]}
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -258,6 +298,10 @@ def format_table(summary: dict) -> str:
         if row.get("ensemble"):
             lines.append(f"{name + ' ensemble':<22} {'':>13} "
                          + " ".join(cell(row["ensemble"]["overall"][m]) for m in METRICS))
+        if row.get("hybrid"):
+            label = f"{name}{' ensemble' if row.get('ensemble') else ''} + {row['hybrid']['with']}"
+            lines.append(f"{label:<22} {'':>13} "
+                         + " ".join(cell(row["hybrid"]["overall"][m]) for m in METRICS))
     for name, row in summary["baselines"].items():
         lines.append(f"{name:<22} {'':>13} " + " ".join(cell(row["overall"][m]) for m in METRICS))
     lines.append(f"chosen on validation: {summary['chosen_on_validation']}  (mean ± std over "
@@ -304,8 +348,12 @@ def bench(args) -> int:
                "val_kendall_tau": spread([{"v": r["val_kendall_tau"]} for r in mine])["v"],
                "test": spread([r["overall"] for r in mine]),
                "train_seconds": spread([{"s": r["train_seconds"]} for r in mine])["s"]}
+        members = [os.path.join(args.out, r["checkpoint"]) for r in mine]
         if len(mine) > 1:
-            row["ensemble"] = held.score([os.path.join(args.out, r["checkpoint"]) for r in mine])
+            row["ensemble"] = held.score(members)
+        if args.hybrid:
+            row["hybrid"] = {"with": args.hybrid, **held.hybrid(
+                members, baseline_scores(args, held, args.hybrid))}
         variants[variant] = row
     if not runs:
         raise UserError("no runs: give --variants and --seeds")
@@ -338,6 +386,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--max-epochs", type=int, default=30)
     parser.add_argument("--baselines", nargs="*", default=["xgb", "lightgbm", "mlp"])
+    parser.add_argument("--hybrid", choices=["xgb", "lightgbm", "mlp"],
+                        help="also score each variant (its seed ensemble) averaged with this "
+                        "baseline, both standardised within each workload: an ablation, not "
+                        "a predictor `tune` uses")
     parser.add_argument("--accelerator", choices=["cpu", "gpu"], default="cpu")
     parser.add_argument("--config", default=CONFIG, help="base `train fit` config")
     parser.add_argument("--cache-dir", default=".cache/features")

@@ -52,11 +52,28 @@ def test_the_ablation_bench_scores_variants_ensembles_and_a_baseline_and_resumes
         assert row["test"]["top1_score"]["n"] == 2 and row["ensemble"]["overall"]["top1_score"] >= 0
     assert 0 <= summary["baselines"]["xgb"]["overall"]["top1_score"] <= 1
     assert "base ensemble" in proc.stdout and "chosen on validation" in proc.stdout
-    again = subprocess.run(args, capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC,
-                           cwd=tmp_path)
+    # resumed with the hybrid ablation: runs and the baseline's scores are read back
+    again = subprocess.run(args + ["--hybrid", "xgb"], capture_output=True, text=True,
+                           timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count("read back") == 4 and "\ntraining " not in "\n" + again.stdout
     assert "baseline xgb" not in again.stdout  # read back as well
+    hybrid = json.loads((out / "summary.json").read_text())["variants"]["base"]["hybrid"]
+    assert hybrid["with"] == "xgb" and 0 <= hybrid["overall"]["top1_score"] <= 1
+    assert hybrid["overall"]["mape"] is None and "base ensemble + xgb" in again.stdout
+
+
+def test_the_hybrid_standardises_each_workload_on_its_own():
+    import importlib.util
+
+    import numpy as np
+
+    spec = importlib.util.spec_from_file_location("ablations", BENCH)
+    ablations = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ablations)
+    z = ablations.within_workload_z(["a", "a", "a", "b", "b", "c"], [1.0, 2.0, 3.0, 10.0, 30.0,
+                                                                      5.0])
+    np.testing.assert_allclose(z, [-1, 0, 1, -0.70710678, 0.70710678, 0])
 
 
 def test_an_unknown_variant_is_one_line(tmp_path):
