@@ -22,10 +22,17 @@ finalists, re-measurements and the target it was measured on; small, kept in git
 back, so an interrupted benchmark resumes, also on another machine. --report tunes nothing and
 summarises the pairs finished so far.
 
+Part 4 (`--parts v2`), held-out networks with cost model v2: seven tasks of six families from
+the three networks that v2's evaluation checkpoint never saw (`graphsage-v2-networks.ckpt`,
+trained on dataset v2 with ResNet-50, MobileNetV2 and T5-small encoder held out; a task that
+also occurs in a training network is not held out). The held-out shapes of part 1 cannot serve
+v2: its networks (ViT-B/16, ResNet-18/50, MobileNetV2, BERT) contain those very computations.
+ms-xgb-pretrained is then XGBModel trained on that checkpoint's training records.
+
 Part 3, end to end: a small PyTorch CNN tuned with one total budget by bo and by ms-default,
 and the compiled network's latency of both and of the untuned build.
 
-    python bench/tuning_vs_metaschedule.py [--seeds 0 1 2] [--trials 64 256] [--parts shapes]
+    python bench/tuning_vs_metaschedule.py [--seeds 0 1 2] [--trials 64 256] [--parts shapes v2]
                                            [--family-checkpoint CKPT] [--report]
 """
 
@@ -50,6 +57,18 @@ FAMILY_WORKLOADS = [
     "depthwise_conv2d/h28_w28_c192_k3_stride1_pad1",
     "depthwise_conv2d/h14_w14_c384_k3_stride1_pad1",
 ]
+# part 4: tasks of the networks graphsage-v2-networks.ckpt held out (its test side), chosen to
+# span six families, each from 6 us to 150 us at its best measured schedule
+V2_WORKLOADS = [
+    "torch/conv2d_subtract_divide_multiply_add_relu_7a929631757051fb",  # ResNet-50 conv+bn+relu
+    "torch/conv2d_subtract_divide_multiply_add_tir_clip_71629f5d26c4e668",  # MobileNetV2 1x1
+    "torch/conv2d_subtract_divide_multiply_add_tir_clip_pad_193799bd895e7dfa",  # depthwise
+    "torch/matmul_38de8004e961782d",  # T5 dense
+    "torch/matmul_6744619831113eeb",  # T5 attention batch matmul
+    "torch/softmax_cast_tir_logical_not_full_where_multiply_287e0cfd891e4756",  # T5 softmax
+    "torch/mean_add_tir_rsqrt_multiply_multiply_8c0a381fecbf5f6a",  # T5 RMS norm
+]
+V2_CHECKPOINT = "graphsage-v2-networks.ckpt"  # shipped; three networks held out
 TUNERS = ["bo", "ms-xgb-pretrained", "ms-default", "ms-ours", "random"]
 SHAPES_CHECKPOINT = "graphsage.ckpt"  # shipped; its test side holds SHAPES_WORKLOADS out
 LONG_TUNERS = ["ms-xgb-pretrained", "ms-default"]  # the baselines that the targets need at 256
@@ -171,11 +190,15 @@ def main() -> None:
                         "the smallest (default: %(default)s)")
     parser.add_argument("--ytopt", action="store_true", help="also the ytopt-style tuner")
     parser.add_argument("--report", action="store_true", help="tune nothing: summarise the "
-                        "(workload, seed) pairs finished so far (parts shapes and family)")
+                        "(workload, seed) pairs finished so far (parts shapes, family and v2)")
     parser.add_argument("--family-checkpoint", help="a checkpoint trained with depthwise_conv2d "
                         "held out (part 2 is skipped without it)")
     parser.add_argument("--network-trials", type=int, default=96)
-    parser.add_argument("--parts", nargs="+", default=["shapes", "family", "network"])
+    parser.add_argument("--parts", nargs="+", default=["shapes", "family", "network"],
+                        choices=["shapes", "family", "v2", "network"],
+                        help="shapes: held-out shapes (graphsage.ckpt); family: a held-out "
+                        "family (--family-checkpoint); v2: held-out networks "
+                        "(graphsage-v2-networks.ckpt); network: a CNN end to end")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
 
@@ -192,6 +215,9 @@ def main() -> None:
         if "family" in args.parts and args.family_checkpoint:
             part("tuning-family", FAMILY_WORKLOADS, args.family_checkpoint, args, target,
                  measurer)
+        if "v2" in args.parts:
+            part("tuning-v2-networks", V2_WORKLOADS, checkpoints.path(V2_CHECKPOINT), args,
+                 target, measurer)
         if "network" in args.parts and not args.report:
             end_to_end(args, target, measurer)
     finally:
