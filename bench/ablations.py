@@ -21,11 +21,11 @@ to choose on validation), e.g. `--try wide model.hidden=256`.
 A variant trained with several seeds is also scored as their ensemble (mean predicted
 log-latency, `CostModelPredictor.load` of all of them). With `--hybrid BASELINE` each variant
 (its ensemble) is also scored averaged with that baseline, both standardised within each
-workload: whether the two views of a program complement each other (an ablation only). The baselines (MetaSchedule's
-XGBModel, TenSet's LightGBM and MLP; `training.baselines`) train once on the base split's
-training records. Which variant
-wins is decided on the validation workloads (the mean of the runs' best validation tau),
-never on the held-out networks: the table shows both.
+workload: whether the two views of a program complement each other (an ablation only). The
+baselines (MetaSchedule's XGBModel, TenSet's LightGBM and MLP; `training.baselines`) train once
+on the base split's training records. Which variant wins is decided on the validation
+workloads (the mean of the runs' best validation tau), never on the held-out networks: the
+table shows both.
 
 Writes summary.json (every run with its per-network metrics, per variant the mean and standard
 deviation over seeds, the ensembles, the baselines, the variant chosen on validation). Each run

@@ -22,15 +22,15 @@ finalists, re-measurements and the target it was measured on; small, kept in git
 back, so an interrupted benchmark resumes, also on another machine. --report tunes nothing and
 summarises the pairs finished so far.
 
+Part 3, end to end: a small PyTorch CNN tuned with one total budget by bo and by ms-default,
+and the compiled network's latency of both and of the untuned build.
+
 Part 4 (`--parts v2`), held-out networks with cost model v2: seven tasks of six families from
 the three networks that v2's evaluation checkpoint never saw (`graphsage-v2-networks.ckpt`,
 trained on dataset v2 with ResNet-50, MobileNetV2 and T5-small encoder held out; a task that
 also occurs in a training network is not held out). The held-out shapes of part 1 cannot serve
 v2: its networks (ViT-B/16, ResNet-18/50, MobileNetV2, BERT) contain those very computations.
 ms-xgb-pretrained is then XGBModel trained on that checkpoint's training records.
-
-Part 3, end to end: a small PyTorch CNN tuned with one total budget by bo and by ms-default,
-and the compiled network's latency of both and of the untuned build.
 
     python bench/tuning_vs_metaschedule.py [--seeds 0 1 2] [--trials 64 256] [--parts shapes v2]
                                            [--family-checkpoint CKPT] [--report]
@@ -58,7 +58,7 @@ FAMILY_WORKLOADS = [
     "depthwise_conv2d/h14_w14_c384_k3_stride1_pad1",
 ]
 # part 4: tasks of the networks graphsage-v2-networks.ckpt held out (its test side), chosen to
-# span six families, each from 6 us to 150 us at its best measured schedule
+# span six families; their best measured schedules take 6 to 150 us
 V2_WORKLOADS = [
     "torch/conv2d_subtract_divide_multiply_add_relu_7a929631757051fb",  # ResNet-50 conv+bn+relu
     "torch/conv2d_subtract_divide_multiply_add_tir_clip_71629f5d26c4e668",  # MobileNetV2 1x1
