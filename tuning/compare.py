@@ -103,6 +103,15 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
     return results, remeasured
 
 
+def same_models(a: dict | None, b: dict | None) -> bool:
+    """Whether two `model_ids` name the same models: by content (SHA-256), whatever the files
+    were called (a pretrained XGBModel read from its cache, then from beside its checkpoint)."""
+    def digests(ids):
+        return {kind: [m["sha256"] for m in (v if isinstance(v, list) else [v])]
+                for kind, v in (ids or {}).items()}
+    return digests(a) == digests(b)
+
+
 def model_ids(inputs: SearchInputs) -> dict:
     """The models the tuners search with (file names and SHA-256): a pair run with other
     models is not read back."""
@@ -126,7 +135,8 @@ def _read_pair(path: str, runs_to: dict[str, int], budgets: list[int], rounds: i
     with open(path) as f:
         pair = json.load(f)
     same = pair.get("rounds") == rounds and pair.get("tuner_trials") == runs_to and \
-        pair.get("models") == models and all(str(b) in pair["budgets"] for b in budgets)
+        same_models(pair.get("models"), models) and \
+        all(str(b) in pair["budgets"] for b in budgets)
     return pair if same else None
 
 
@@ -213,7 +223,7 @@ def _finished(work_dir: str, trials: int, models: dict | None = None) -> list[fl
                 done = json.load(f)
         except (OSError, ValueError):
             return None
-        if not isinstance(done, dict) or done.get("models") != (models or {}):
+        if not isinstance(done, dict) or not same_models(done.get("models"), models):
             return None
     curves = read_curve(work_dir)
     return next(iter(curves.values()), [])

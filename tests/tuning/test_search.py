@@ -131,6 +131,11 @@ def test_runs_and_pairs_of_other_models_are_not_read_back(tmp_path):
     assert _read_pair(path, {"bo": 8}, [8], 3, other) is None
     assert _read_pair(path, {"bo": 16}, [8], 3, mine) is None
     assert _read_pair(path, {"bo": 8}, [8, 16], 3, mine) is None
+    # the same model found under another file name is the same model
+    renamed = {"checkpoints": [{"file": "b.ckpt", "sha256": "1"}]}
+    assert _read_pair(path, {"bo": 8}, [8], 3, renamed) == pair
+    assert _read_pair(path, {"bo": 8}, [8], 3, {**mine, "pretrained_xgb": {"file": "x",
+                                                                           "sha256": "3"}}) is None
 
 
 def test_a_report_reads_finished_pairs_and_tunes_nothing(tmp_path):
