@@ -20,8 +20,9 @@ to choose on validation), e.g. `--try wide model.hidden=256`.
 
 A variant trained with several seeds is also scored as their ensemble (mean predicted
 log-latency, `CostModelPredictor.load` of all of them). With `--hybrid BASELINE` each variant
-(its ensemble) is also scored averaged with that baseline, both standardised within each
-workload: whether the two views of a program complement each other (an ablation only). The
+(its ensemble) is also scored blended with that baseline, both standardised within each
+workload: whether the two views of a program complement each other (an ablation only); the
+blend is half and half, or `--hybrid-weight val` chooses it on the validation workloads. The
 baselines (MetaSchedule's XGBModel, TenSet's LightGBM and MLP; `training.baselines`) train once
 on the base split's training records. Which variant wins is decided on the validation
 workloads (the mean of the runs' best validation tau), never on the held-out networks: the
@@ -35,7 +36,7 @@ refused: use another --out).
 
     python bench/ablations.py [--variants base clean listmle lambdarank relative stores narrow]
         [--seeds 0 1 2] [--max-epochs 30] [--baselines xgb lightgbm mlp] [--out bench/results/ablations]
-        [--hybrid lightgbm] [--summary summary.json]
+        [--hybrid lightgbm [--hybrid-weight 0.5|val]] [--summary summary.json]
 """
 
 from __future__ import annotations
@@ -180,8 +181,10 @@ class HeldOut:
                                      data.get("val_fraction", 0.1), data.get("seed", 0),
                                      data.get("test_networks"))
         self.test = frame[frame.workload_key.isin(self.sides["test"])].reset_index(drop=True)
+        self.val = frame[frame.workload_key.isin(self.sides["val"])].reset_index(drop=True)
         self.train = frame[frame.workload_key.isin(self.sides["train"])].reset_index(drop=True)
         self.cache_dir = args.cache_dir
+        self.predicted = {}  # (checkpoints, side) -> our log-latency predictions
         self.device = "cuda" if args.accelerator == "gpu" else "cpu"
 
     def predictor(self, checkpoints: list[str]):
@@ -198,15 +201,22 @@ class HeldOut:
         found = score(self.predictor(checkpoints), self.test)
         return {"overall": found["overall"], "per_network": found["per_network"]}
 
-    def hybrid(self, checkpoints: list[str], other) -> dict:
-        """Metrics of the checkpoints' (ensemble's) predictions averaged with another model's
-        scores (lower is faster), each standardised within its workload first."""
+    def hybrid(self, checkpoints: list[str], other, weight: float = 0.5,
+               side: str = "test") -> dict:
+        """Metrics on one side ("test" or "val") of the checkpoints' (ensemble's) predictions
+        blended with another model's scores of that side (lower is faster), each standardised
+        within its workload first: `weight` of ours, 1 - `weight` of the other's."""
         from training.evaluate import _metrics
 
-        ours = np.log(self.predictor(checkpoints).predict_records(self.test))
-        both = (within_workload_z(self.test.workload_key, ours)
-                + within_workload_z(self.test.workload_key, other)) / 2
-        found = _metrics(self.test, both, latency=False)
+        frame = getattr(self, side)
+        keys = frame.workload_key
+        if (tuple(checkpoints), side) not in self.predicted:  # a weight curve predicts once
+            self.predicted[tuple(checkpoints), side] = np.log(
+                self.predictor(checkpoints).predict_records(frame))
+        ours = self.predicted[tuple(checkpoints), side]
+        both = (weight * within_workload_z(keys, ours)
+                + (1 - weight) * within_workload_z(keys, other))
+        found = _metrics(frame, both, latency=False)
         return {"overall": found["overall"], "per_network": found["per_network"]}
 
     def check(self, meta: dict, variant: str) -> None:
@@ -242,26 +252,51 @@ def within_workload_z(keys, values) -> np.ndarray:
     return (frame.v.to_numpy() - group.transform("mean").to_numpy()) / np.where(std > 0, std, 1)
 
 
-def baseline_scores(args, held: HeldOut, name: str) -> np.ndarray:
-    """A tree baseline's held-out predictions (lower is faster), trained once on the base
-    split's training records and kept in --out/baselines/NAME-scores.npz (arrays only)."""
+def baseline_scores(args, held: HeldOut, name: str, side: str = "test") -> np.ndarray:
+    """A tree baseline's predictions of one side's records ("test" or "val"; lower is faster),
+    trained once on the base split's training records and kept in
+    --out/baselines/NAME-scores.npz (the test side) or NAME-val-scores.npz (arrays only)."""
     from datagen.tvm_env import make_target
     from training.baselines import BASELINES
 
-    path = os.path.join(args.out, "baselines", f"{name}-scores.npz")
-    records = "\n".join(held.test.workload_key + "/" + held.test.trace_hash)
-    digest = hashlib.sha1(records.encode()).hexdigest()  # the held-out records, in order
+    frame = getattr(held, side)
+    path = os.path.join(args.out, "baselines",
+                        f"{name}-scores.npz" if side == "test" else f"{name}-{side}-scores.npz")
+    records = "\n".join(frame.workload_key + "/" + frame.trace_hash)
+    digest = hashlib.sha1(records.encode()).hexdigest()  # the side's records, in order
     if os.path.isfile(path):
         with np.load(path, allow_pickle=False) as kept:
             if str(kept["records"]) == digest and int(kept["train"]) == len(held.train):
                 return kept["scores"]
-    print(f"baseline {name} ...", flush=True)
-    target = make_target(json.loads(held.test.target.iloc[0]))
-    scores = -next(iter(BASELINES.get(name)(held.train, held.test, target, [0],
+    print(f"baseline {name} on the {side} records ...", flush=True)
+    target = make_target(json.loads(frame.target.iloc[0]))
+    scores = -next(iter(BASELINES.get(name)(held.train, frame, target, [0],
                                             cache_dir=held.cache_dir)))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     np.savez(path, scores=scores, records=digest, train=len(held.train))
     return scores
+
+
+# blend weights of our model tried on the validation workloads (`--hybrid-weight val`)
+WEIGHTS = tuple(i / 10 for i in range(11))
+
+
+def hybrid_weight(args, held: HeldOut, members: list[str]) -> tuple[float, dict]:
+    """The blend weight of our model (the rest is the baseline's) with the best top-1 score on
+    the validation workloads (ties: the better tau, then the weight nearer 1/2), and every
+    weight's validation top-1 and tau. Both models score the validation records out of their
+    training data (the checkpoints only chose their epoch on them)."""
+    from datagen.errors import UserError
+
+    if held.val.empty:
+        raise UserError("--hybrid-weight val needs validation workloads; the base config has "
+                        "none (set data.val_fraction above 0)")
+    other = baseline_scores(args, held, args.hybrid, side="val")
+    curve = {w: held.hybrid(members, other, w, side="val")["overall"] for w in WEIGHTS}
+    best = max(WEIGHTS, key=lambda w: (curve[w]["top1_score"], curve[w]["kendall_tau"],
+                                       -abs(w - 0.5)))
+    return best, {f"{w:.1f}": {m: curve[w][m] for m in ("top1_score", "kendall_tau")}
+                  for w in WEIGHTS}
 
 
 def baseline(args, held: HeldOut, name: str) -> dict:
@@ -300,7 +335,8 @@ def format_table(summary: dict) -> str:
             lines.append(f"{name + ' ensemble':<22} {'':>13} "
                          + " ".join(cell(row["ensemble"]["overall"][m]) for m in METRICS))
         if row.get("hybrid"):
-            label = f"{name}{' ensemble' if row.get('ensemble') else ''} + {row['hybrid']['with']}"
+            label = (f"{name}{' ensemble' if row.get('ensemble') else ''} + "
+                     f"{row['hybrid']['with']} ({row['hybrid'].get('weight', 0.5):.1f})")
             lines.append(f"{label:<22} {'':>13} "
                          + " ".join(cell(row["hybrid"]["overall"][m]) for m in METRICS))
     for name, row in summary["baselines"].items():
@@ -318,6 +354,8 @@ def bench(args) -> int:
     unknown = sorted(set(args.variants) - set(VARIANTS))
     if unknown:
         raise UserError(f"unknown variant {unknown[0]!r}; choose from {', '.join(VARIANTS)}")
+    if args.hybrid_weight is not None and not args.hybrid:
+        raise UserError("--hybrid-weight blends with a baseline: name it with --hybrid")
     held = HeldOut(args)
     os.makedirs(args.out, exist_ok=True)
     runs, variants = [], {}
@@ -353,8 +391,16 @@ def bench(args) -> int:
         if len(mine) > 1:
             row["ensemble"] = held.score(members)
         if args.hybrid:
-            row["hybrid"] = {"with": args.hybrid, **held.hybrid(
-                members, baseline_scores(args, held, args.hybrid))}
+            row["hybrid"] = {"with": args.hybrid}
+            weight = 0.5 if args.hybrid_weight is None else args.hybrid_weight
+            if weight == "val":
+                weight, row["hybrid"]["val_curve"] = hybrid_weight(args, held, members)
+                print(f"  {variant}: weight {weight:.1f} chosen on validation (top-1, tau by "
+                      "weight of ours: " + ", ".join(
+                          f"{w} {c['top1_score']:.3f}/{c['kendall_tau']:.3f}"
+                          for w, c in row["hybrid"]["val_curve"].items()) + ")", flush=True)
+            row["hybrid"].update(weight=weight, **held.hybrid(
+                members, baseline_scores(args, held, args.hybrid), weight))
         variants[variant] = row
     if not runs:
         raise UserError("no runs: give --variants and --seeds")
@@ -374,6 +420,19 @@ def bench(args) -> int:
     return 0
 
 
+def weight_arg(text: str) -> float | str:
+    """`--hybrid-weight`: a number in [0, 1] or "val"."""
+    if text == "val":
+        return text
+    try:
+        weight = float(text)
+    except ValueError:
+        weight = math.nan
+    if not 0 <= weight <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a weight in [0, 1] nor 'val'")
+    return weight
+
+
 def main(argv: list[str] | None = None) -> int:
     from datagen.errors import run_command
 
@@ -391,6 +450,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="also score each variant (its seed ensemble) averaged with this "
                         "baseline, both standardised within each workload: an ablation, not "
                         "a predictor `tune` uses")
+    parser.add_argument("--hybrid-weight", type=weight_arg, metavar="W|val",
+                        help="weight of our model in the --hybrid blend (the rest is the "
+                        "baseline's), or 'val': the weight with the best top-1 on the "
+                        "validation workloads, among 0, 0.1, ..., 1 (default 0.5)")
     parser.add_argument("--accelerator", choices=["cpu", "gpu"], default="cpu")
     parser.add_argument("--config", default=CONFIG, help="base `train fit` config")
     parser.add_argument("--cache-dir", default=".cache/features")

@@ -52,15 +52,26 @@ def test_the_ablation_bench_scores_variants_ensembles_and_a_baseline_and_resumes
         assert row["test"]["top1_score"]["n"] == 2 and row["ensemble"]["overall"]["top1_score"] >= 0
     assert 0 <= summary["baselines"]["xgb"]["overall"]["top1_score"] <= 1
     assert "base ensemble" in proc.stdout and "chosen on validation" in proc.stdout
-    # resumed with the hybrid ablation: runs and the baseline's scores are read back
-    again = subprocess.run(args + ["--hybrid", "xgb"], capture_output=True, text=True,
+    # resumed with the hybrid ablation, its weight chosen on validation: runs and the
+    # baseline's held-out scores are read back, the baseline scores the validation side once
+    hybrid_args = args + ["--hybrid", "xgb", "--hybrid-weight", "val"]
+    again = subprocess.run(hybrid_args, capture_output=True, text=True,
                            timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count("read back") == 4 and "\ntraining " not in "\n" + again.stdout
-    assert "baseline xgb" not in again.stdout  # read back as well
+    assert "baseline xgb on the test" not in again.stdout  # read back as well
+    assert again.stdout.count("baseline xgb on the val") == 1  # once for both variants
     hybrid = json.loads((out / "summary.json").read_text())["variants"]["base"]["hybrid"]
     assert hybrid["with"] == "xgb" and 0 <= hybrid["overall"]["top1_score"] <= 1
-    assert hybrid["overall"]["mape"] is None and "base ensemble + xgb" in again.stdout
+    assert hybrid["overall"]["mape"] is None
+    curve = hybrid["val_curve"]
+    assert list(curve) == [f"{i / 10:.1f}" for i in range(11)]
+    assert curve[f"{hybrid['weight']:.1f}"]["top1_score"] == max(
+        c["top1_score"] for c in curve.values())
+    assert f"base ensemble + xgb ({hybrid['weight']:.1f})" in again.stdout
+    third = subprocess.run(hybrid_args, capture_output=True, text=True,
+                           timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    assert third.returncode == 0 and "baseline xgb" not in third.stdout
 
 
 def test_the_hybrid_standardises_each_workload_on_its_own():
@@ -74,6 +85,18 @@ def test_the_hybrid_standardises_each_workload_on_its_own():
     z = ablations.within_workload_z(["a", "a", "a", "b", "b", "c"], [1.0, 2.0, 3.0, 10.0, 30.0,
                                                                       5.0])
     np.testing.assert_allclose(z, [-1, 0, 1, -0.70710678, 0.70710678, 0])
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--hybrid", "xgb", "--hybrid-weight", "1.5"], "neither a weight in [0, 1] nor 'val'"),
+    (["--hybrid-weight", "val"], "--hybrid-weight blends with a baseline: name it with --hybrid"),
+])
+def test_a_bad_hybrid_weight_is_one_line(tmp_path, extra, message):
+    proc = subprocess.run([sys.executable, BENCH, "--config", CONFIG, "--out",
+                           str(tmp_path / "x")] + extra, capture_output=True, text=True,
+                          timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and not (tmp_path / "x").exists()
 
 
 def test_an_unknown_variant_is_one_line(tmp_path):
