@@ -71,6 +71,8 @@ VARIANTS = {
                {"use_store_features": True}, {}),
     "stores_lambdarank": ("as stores, with LambdaRank for the rank loss",
                           {"use_store_features": True, "rank_loss": "lambdarank"}, {}),
+    "stores_regret": ("as stores, with rank pairs weighted by their throughput gap",
+                      {"use_store_features": True, "rank_loss": "regret"}, {}),
     "narrow": ("as base, trained on data/llvm-full (52 workloads)", {},
                {"dataset": "data/llvm-full", "split": "shapes", "test_networks": None}),
 }

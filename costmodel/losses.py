@@ -1,8 +1,9 @@
 """Training losses: MSE on the normalised target plus a rank loss within workloads.
 
-Every rank loss in `RANK_LOSSES` maps (pred, target, group) to a scalar; `group` marks the
-workload of each record, and records of different workloads are never ranked against each
-other (latencies of different programs are not a ranking problem). Lower target and lower
+Every rank loss in `RANK_LOSSES` maps (pred, target, group, scale) to a scalar; `group` marks
+the workload of each record, and records of different workloads are never ranked against each
+other (latencies of different programs are not a ranking problem); `scale` is the log-latency
+(in nats) of one unit of target, read only by losses that weigh latency ratios ("regret"). Lower target and lower
 prediction mean faster. Pairwise losses penalise d = pred_slower - pred_faster of each ordered
 same-workload pair (`pairwise_rank_loss`); listwise ones score each workload's whole list.
 """
@@ -55,13 +56,13 @@ def pairwise_rank_loss(pred: torch.Tensor, target: torch.Tensor, group: torch.Te
 
 
 @RANK_LOSSES.register("logistic")
-def logistic_rank_loss(pred, target, group) -> torch.Tensor:
+def logistic_rank_loss(pred, target, group, scale: float = 1.0) -> torch.Tensor:
     """RankNet: mean over same-workload pairs of log(1 + exp(-d))."""
     return pairwise_rank_loss(pred, target, group, logistic_pair_loss)
 
 
 @RANK_LOSSES.register("hinge")
-def hinge_rank_loss(pred, target, group) -> torch.Tensor:
+def hinge_rank_loss(pred, target, group, scale: float = 1.0) -> torch.Tensor:
     """Mean over same-workload pairs of max(0, margin - d)."""
     return pairwise_rank_loss(pred, target, group, hinge_pair_loss)
 
@@ -75,7 +76,7 @@ def _workloads(group: torch.Tensor):
 
 
 @RANK_LOSSES.register("listmle")
-def listmle_loss(pred, target, group) -> torch.Tensor:
+def listmle_loss(pred, target, group, scale: float = 1.0) -> torch.Tensor:
     """ListMLE: negative log-likelihood of each workload's true order (fastest first) under a
     Plackett-Luce model with scores -pred.
 
@@ -122,7 +123,7 @@ def delta_ndcg(pred: torch.Tensor, target: torch.Tensor, group: torch.Tensor) ->
 
 
 @RANK_LOSSES.register("lambdarank")
-def lambdarank_loss(pred, target, group) -> torch.Tensor:
+def lambdarank_loss(pred, target, group, scale: float = 1.0) -> torch.Tensor:
     """LambdaRank-style: RankNet's log(1 + exp(-d)) per same-workload pair, weighted by the
     pair's |delta NDCG| (`delta_ndcg`), so misorders near the predicted top weigh most; the
     weighted mean over pairs."""
@@ -130,20 +131,41 @@ def lambdarank_loss(pred, target, group) -> torch.Tensor:
                               weight=delta_ndcg(pred, target, group))
 
 
+@RANK_LOSSES.register("regret")
+def regret_rank_loss(pred, target, group, scale: float = 1.0) -> torch.Tensor:
+    """RankNet's log(1 + exp(-d)) per same-workload pair, weighted by what the misorder costs a
+    tuner that measures the predicted best: thr_i - thr_j for i faster than j, where thr is
+    TenSet's normalised throughput within the batch (the workload's best latency in the batch
+    over the record's own, exp(-(target - its workload's lowest target) * scale)). Pairs of two
+    slow programs weigh almost nothing; a pair with the workload's best weighs the most. No
+    gradient flows through the weights.
+    """
+    t = target.detach()
+    _, index = torch.unique(group, return_inverse=True)
+    lowest = torch.full((int(index.max()) + 1,), float("inf"), dtype=t.dtype, device=t.device)
+    lowest = lowest.scatter_reduce(0, index, t, reduce="amin")
+    throughput = torch.exp(-(t - lowest[index]) * scale)
+    return pairwise_rank_loss(pred, target, group, logistic_pair_loss,
+                              weight=throughput[:, None] - throughput[None, :])
+
+
 def rank_loss(pred: torch.Tensor, target: torch.Tensor, group: torch.Tensor,
-              kind: str = "logistic") -> torch.Tensor:
-    """The `RANK_LOSSES` entry `kind` of a batch.
+              kind: str = "logistic", scale: float = 1.0) -> torch.Tensor:
+    """The `RANK_LOSSES` entry `kind` of a batch; `scale`: nats of log-latency per unit of
+    target (the target's standard deviation, `Normalization.y_std`).
 
     Raises:
         UserError: `kind` is not a registered rank loss.
     """
-    return RANK_LOSSES.get(kind)(pred, target, group)
+    return RANK_LOSSES.get(kind)(pred, target, group, scale=scale)
 
 
 def cost_model_loss(pred: torch.Tensor, target: torch.Tensor, group: torch.Tensor,
                     mse_weight: float = 1.0, rank_weight: float = 1.0,
-                    rank_kind: str = "logistic") -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """mse_weight * MSE(pred, target) + rank_weight * rank loss `rank_kind`; also the parts."""
+                    rank_kind: str = "logistic", scale: float = 1.0
+                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """mse_weight * MSE(pred, target) + rank_weight * rank loss `rank_kind` (`scale` as for
+    `rank_loss`); also the parts."""
     mse = F.mse_loss(pred, target)
-    rank = rank_loss(pred, target, group, rank_kind)
+    rank = rank_loss(pred, target, group, rank_kind, scale)
     return mse_weight * mse + rank_weight * rank, {"mse": mse.detach(), "rank": rank.detach()}

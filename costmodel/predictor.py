@@ -200,7 +200,8 @@ class CostModelPredictor:
                 loss, _ = cost_model_loss(pred, batch.y, batch.group,
                                           m.hparams.get("mse_weight", 1.0),
                                           m.hparams.get("rank_weight", 1.0),
-                                          m.hparams.get("rank_loss", "logistic"))
+                                          m.hparams.get("rank_loss", "logistic"),
+                                          m.normalization.y_std)
                 loss.backward()
                 optimizer.step()
             m.model.eval()

@@ -10,7 +10,7 @@ from costmodel import checkpoint, featurize
 from costmodel.losses import RANK_LOSSES, cost_model_loss
 from costmodel.model import MODELS, READOUTS, batch_inputs
 from datagen.errors import UserError
-from training.metrics import kendall_tau
+from training.metrics import kendall_tau, top_k_score
 
 
 LR_SCHEDULES = ("constant", "cosine")
@@ -59,8 +59,9 @@ class CostModelModule(L.LightningModule):
         mse_weight: weight of the MSE term.
         rank_weight: weight of the rank term.
         rank_loss: a name in `costmodel.losses.RANK_LOSSES`: pairwise "logistic" (RankNet) or
-            "hinge", listwise "listmle", or "lambdarank" (logistic pairs weighted by their
-            |delta NDCG|).
+            "hinge", listwise "listmle", "lambdarank" (logistic pairs weighted by their
+            |delta NDCG|), or "regret" (logistic pairs weighted by their gap in normalised
+            throughput, so the fast end of each workload weighs most).
         init_from: a trained checkpoint to start from instead of random weights (fine-tuning,
             e.g. a CPU model on a few GPU measurements). It is read like any checkpoint
             (`costmodel.checkpoint.load`: no code runs), may be of another target kind, and
@@ -118,7 +119,8 @@ class CostModelModule(L.LightningModule):
     def training_step(self, batch, batch_idx):
         pred = self(batch)
         loss, parts = cost_model_loss(pred, batch.y, batch.group, self.hparams.mse_weight,
-                                      self.hparams.rank_weight, self.hparams.rank_loss)
+                                      self.hparams.rank_weight, self.hparams.rank_loss,
+                                      self.trainer.datamodule.normalization.y_std)
         self.log_dict({"train/loss": loss, "train/mse": parts["mse"],
                        "train/rank": parts["rank"]}, batch_size=batch.num_graphs,
                       prog_bar=True, sync_dist=True)
@@ -126,11 +128,11 @@ class CostModelModule(L.LightningModule):
 
     def eval_step(self, batch, prefix: str) -> None:
         pred = self(batch)
+        norm = self.trainer.datamodule.normalization
         loss, _ = cost_model_loss(pred, batch.y, batch.group, self.hparams.mse_weight,
-                                  self.hparams.rank_weight, self.hparams.rank_loss)
+                                  self.hparams.rank_weight, self.hparams.rank_loss, norm.y_std)
         self.log(f"{prefix}/loss", loss, batch_size=batch.num_graphs, sync_dist=True)
         # rank by log-latency: add back what a per-FLOP target leaves out
-        norm = self.trainer.datamodule.normalization
         offset = batch.offset.cpu().numpy() / norm.y_std
         self._eval_outputs.append((batch.group.cpu().numpy(), batch.y.cpu().numpy() + offset,
                                    pred.detach().cpu().numpy() + offset))
@@ -138,7 +140,10 @@ class CostModelModule(L.LightningModule):
     def _eval_epoch_end(self, prefix: str) -> None:
         if self._eval_outputs:
             group, y, pred = (np.concatenate(a) for a in zip(*self._eval_outputs))
-            self.log(f"{prefix}/kendall_tau", kendall_tau(group, np.exp(y), pred),
+            norm = self.trainer.datamodule.normalization
+            latency = np.exp(y * norm.y_std + norm.y_mean)  # per workload: a relative latency
+            self.log(f"{prefix}/kendall_tau", kendall_tau(group, latency, pred), sync_dist=True)
+            self.log(f"{prefix}/top1_score", top_k_score(group, latency, pred, 1),
                      sync_dist=True)
         self._eval_outputs.clear()
 

@@ -120,7 +120,7 @@ def test_combined_loss_weights():
     assert parts["mse"].item() == pytest.approx(2.0)
     assert total.item() == pytest.approx(2 * 2.0 + 0.5 * math.log1p(math.exp(-1)))
     with pytest.raises(UserError, match="unknown rank loss 'cosine'; choose one of logistic, "
-                                        "hinge, listmle, lambdarank"):
+                                        "hinge, listmle, lambdarank, regret"):
         rank_loss(pred, target, group, "cosine")
     total, parts = cost_model_loss(pred, target, group, rank_kind="listmle")
     assert parts["rank"].item() == pytest.approx(math.log1p(math.exp(-1)))
@@ -172,7 +172,39 @@ def test_lambdarank_weighs_a_wrong_top_more_than_a_wrong_bottom():
         rank_loss(bottom_swapped, target, group, "lambdarank") * 1.2
 
 
-@pytest.mark.parametrize("kind", ["logistic", "hinge", "listmle", "lambdarank"])
+def test_regret_by_hand():
+    """Pairs weigh their gap in normalised throughput: exp(-(target - lowest) * scale)."""
+    target, group = torch.tensor([0.0, 1.0, 1.5]), torch.zeros(3, dtype=torch.long)
+    pred = torch.tensor([0.0, 2.0, 1.0])
+    scale = 2.0
+    thr = [math.exp(-t * scale) for t in (0.0, 1.0, 1.5)]
+    pairs = [(0, 1), (0, 2), (1, 2)]
+    w = {(i, j): thr[i] - thr[j] for i, j in pairs}
+    logistic = {(i, j): math.log1p(math.exp(-(pred[j] - pred[i]).item())) for i, j in pairs}
+    expected = sum(w[p] * logistic[p] for p in pairs) / sum(w.values())
+    assert rank_loss(pred, target, group, "regret", scale).item() == pytest.approx(expected)
+    # a workload's lowest target is its own: shifting one workload's targets changes nothing
+    two = torch.cat([target, target + 3.0]), torch.tensor([0, 0, 0, 1, 1, 1])
+    assert rank_loss(torch.cat([pred, pred]), *two, "regret", scale).item() == \
+        pytest.approx(expected)
+    # the ordinal losses do not read the scale
+    assert rank_loss(pred, target, group, "logistic", scale) == \
+        rank_loss(pred, target, group, "logistic")
+
+
+def test_regret_weighs_a_wrong_best_more_than_a_wrong_slow_pair():
+    """The pair with the workload's best costs a tuner the most when misordered; a pair of
+    two slow programs almost nothing (RankNet weighs both the same)."""
+    target, group = torch.tensor([0.0, 1.0, 2.0, 3.0]), torch.zeros(4, dtype=torch.long)
+    best_swapped = torch.tensor([1.0, 0.0, 2.0, 3.0])
+    slow_swapped = torch.tensor([0.0, 1.0, 3.0, 2.0])
+    assert rank_loss(best_swapped, target, group, "logistic").item() == \
+        pytest.approx(rank_loss(slow_swapped, target, group, "logistic").item())
+    assert rank_loss(best_swapped, target, group, "regret", 1.0) > \
+        rank_loss(slow_swapped, target, group, "regret", 1.0) * 2
+
+
+@pytest.mark.parametrize("kind", ["logistic", "hinge", "listmle", "lambdarank", "regret"])
 def test_every_rank_loss_ranks_within_workloads_only(kind):
     assert kind in RANK_LOSSES.names()
     target = torch.tensor([1.0, 2.0, 3.0, 5.0, 4.0, 6.0])

@@ -134,8 +134,8 @@ def test_evaluate_an_ensemble(checkpoint, tiny_dataset, tmp_path):
     assert model["ensemble"] and model["runs"] == 1
 
 
-@pytest.mark.parametrize("rank_loss", ["listmle", "lambdarank"])
-def test_listwise_rank_losses_train_through_the_cli(tiny_dataset, tmp_path, rank_loss):
+@pytest.mark.parametrize("rank_loss", ["listmle", "lambdarank", "regret"])
+def test_other_rank_losses_train_through_the_cli(tiny_dataset, tmp_path, rank_loss):
     proc = train("--data.dataset", tiny_dataset, "--trainer.fast_dev_run", "true",
                  "--model.rank_loss", rank_loss, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
