@@ -12,6 +12,8 @@ and is scored on the same held-out records: every workload that occurs only in t
 - stores: as base, the model also reads MetaSchedule's per-store features (TenSet's input, what
   the tree baselines see) beside the graph (`--model.use_store_features`);
 - stores_lambdarank: as stores, with LambdaRank in place of the pairwise loss;
+- stores_regret: as stores, each rank pair weighted by its gap in normalised throughput
+  (`costmodel.losses.regret_rank_loss`), so the fast end of each workload weighs most;
 - narrow: trained on the first dataset (`data/llvm-full`, 52 hand-picked workloads, its own
   held-out-shapes split), scored on the same held-out networks: what the breadth bought.
 
@@ -28,6 +30,12 @@ on the base split's training records. Which variant wins is decided on the valid
 workloads (the mean of the runs' best validation tau), never on the held-out networks: the
 table shows both.
 
+`--diagnose` says what limits the figures: the held-out labels' own ceiling (each record's
+latency from one repeat, drawn at random, ranked by another: tau and top-1 of a perfect model of
+the measurements), how much of the top-1 score its heaviest tasks carry (a ratio of weighted
+sums: long tasks dominate), and how well each variant's first seed fits records it trained on
+(a seeded sample of training workloads) against the validation ones: underfitting or not.
+
 Writes summary.json (every run with its per-network metrics, per variant the mean and standard
 deviation over seeds, the ensembles, the baselines, the variant chosen on validation). Each run
 lives in --out/runs/VARIANT/seedS with its config, logs, checkpoint and result.json; finished
@@ -36,7 +44,7 @@ refused: use another --out).
 
     python bench/ablations.py [--variants base clean listmle lambdarank relative stores narrow]
         [--seeds 0 1 2] [--max-epochs 30] [--baselines xgb lightgbm mlp] [--out bench/results/ablations]
-        [--hybrid lightgbm [--hybrid-weight 0.5|val]] [--summary summary.json]
+        [--hybrid lightgbm [--hybrid-weight 0.5|val]] [--diagnose] [--summary summary.json]
 """
 
 from __future__ import annotations
@@ -301,6 +309,72 @@ def hybrid_weight(args, held: HeldOut, members: list[str]) -> tuple[float, dict]
                   for w in WEIGHTS}
 
 
+# --diagnose: draws of one repeat against another; training workloads whose fit is scored
+CEILING_DRAWS = 5
+FIT_WORKLOADS = 120
+
+
+def label_ceiling(frame: pd.DataFrame, seed: int = 0) -> dict:
+    """Kendall tau and top-1 of one repeat of each record ranked by another (both drawn at
+    random from its repeats; mean of `CEILING_DRAWS` draws): what a model that knew every
+    program's true latency would score against labels as noisy as these."""
+    from training.metrics import kendall_tau, top_k_score
+
+    rng = np.random.default_rng(seed)
+    repeats = [np.asarray(r, float).ravel() for r in frame.latencies]
+    taus, tops = [], []
+    for _ in range(CEILING_DRAWS):
+        a = np.array([rng.choice(r) for r in repeats])
+        b = np.array([rng.choice(r) for r in repeats])
+        taus.append(kendall_tau(frame.workload_key, a, b))
+        tops.append(top_k_score(frame.workload_key, a, b, 1, frame.workload_weight))
+    return {"kendall_tau": float(np.mean(taus)), "top1_score": float(np.mean(tops)),
+            "draws": CEILING_DRAWS}
+
+
+def top1_weight(frame: pd.DataFrame) -> dict:
+    """How the top-1 score's weight (each task's w_t times its best latency) spreads over the
+    tasks: the share of the heaviest 10 and how many of the heaviest hold half."""
+    tasks = frame.groupby("workload_key").agg(best=("latency_median", "min"),
+                                              w=("workload_weight", "first"))
+    share = np.sort((tasks.best * tasks.w / (tasks.best * tasks.w).sum()).to_numpy())[::-1]
+    return {"tasks": len(share), "heaviest_10_share": float(share[:10].sum()),
+            "tasks_holding_half": int(np.searchsorted(np.cumsum(share), 0.5) + 1)}
+
+
+def fit(held: HeldOut, checkpoint_path: str, seed: int = 0) -> dict:
+    """Overall metrics of one checkpoint on a seeded sample of `FIT_WORKLOADS` of its training
+    workloads (records it trained on) and on the validation ones (it only chose its epoch
+    there)."""
+    from training.evaluate import _metrics
+
+    keys = sorted(held.train.workload_key.unique())
+    keys = np.random.default_rng(seed).choice(keys, min(FIT_WORKLOADS, len(keys)), replace=False)
+    sides = {"train": held.train[held.train.workload_key.isin(keys)].reset_index(drop=True),
+             "val": held.val}
+    predictor = held.predictor([checkpoint_path])
+    return {side: {"records": len(frame), **_metrics(
+                frame, predictor.predict_records(frame), predictor.predicts_latency)["overall"]}
+            for side, frame in sides.items() if len(frame)}
+
+
+def diagnose(args, held: HeldOut, variants: dict) -> dict:
+    """`--diagnose`: the labels' ceiling, top-1's weight, each variant's fit (first seed)."""
+    out = {"label_ceiling": label_ceiling(held.test), "top1_weight": top1_weight(held.test),
+           "fit": {}}
+    print(f"  held-out labels, one repeat against another: tau "
+          f"{out['label_ceiling']['kendall_tau']:.3f}, top-1 "
+          f"{out['label_ceiling']['top1_score']:.3f}; the heaviest 10 of "
+          f"{out['top1_weight']['tasks']} tasks carry {out['top1_weight']['heaviest_10_share']:.0%}"
+          f" of top-1, {out['top1_weight']['tasks_holding_half']} hold half", flush=True)
+    for variant, row in variants.items():
+        found = out["fit"][variant] = fit(held, os.path.join(args.out, row["first_checkpoint"]))
+        print(f"  {variant} seed {args.seeds[0]} fits " + "; ".join(
+            f"{side} tau {m['kendall_tau']:.3f}, top-1 {m['top1_score']:.3f}"
+            for side, m in found.items()), flush=True)
+    return out
+
+
 def baseline(args, held: HeldOut, name: str) -> dict:
     """A tree baseline trained on the base split's training records, scored once (cached)."""
     from training.evaluate import _metrics
@@ -389,6 +463,7 @@ def bench(args) -> int:
                "val_kendall_tau": spread([{"v": r["val_kendall_tau"]} for r in mine])["v"],
                "test": spread([r["overall"] for r in mine]),
                "train_seconds": spread([{"s": r["train_seconds"]} for r in mine])["s"]}
+        row["first_checkpoint"] = mine[0]["checkpoint"]
         members = [os.path.join(args.out, r["checkpoint"]) for r in mine]
         if len(mine) > 1:
             row["ensemble"] = held.score(members)
@@ -413,6 +488,8 @@ def bench(args) -> int:
                "max_epochs": args.max_epochs, "variants": variants,
                "baselines": {name: baseline(args, held, name) for name in args.baselines},
                "chosen_on_validation": chosen, "runs": runs}
+    if args.diagnose:
+        summary["diagnosis"] = diagnose(args, held, variants)
     write_json(os.path.join(args.out, args.summary), summary)
     print(f"== ablations on {held.dataset}: {summary['test_workloads']} held-out workloads, "
           f"{summary['test_records']} records; seeds {args.seeds}, at most {args.max_epochs} "
@@ -456,6 +533,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="weight of our model in the --hybrid blend (the rest is the "
                         "baseline's), or 'val': the weight with the best top-1 on the "
                         "validation workloads, among 0, 0.1, ..., 1 (default 0.5)")
+    parser.add_argument("--diagnose", action="store_true",
+                        help="also say what limits the figures: the held-out labels' noise "
+                        "ceiling, top-1's heaviest tasks, each variant's fit on its own "
+                        "training records")
     parser.add_argument("--accelerator", choices=["cpu", "gpu"], default="cpu")
     parser.add_argument("--config", default=CONFIG, help="base `train fit` config")
     parser.add_argument("--cache-dir", default=".cache/features")

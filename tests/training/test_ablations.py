@@ -69,19 +69,35 @@ def test_the_ablation_bench_scores_variants_ensembles_and_a_baseline_and_resumes
     assert curve[f"{hybrid['weight']:.1f}"]["top1_score"] == max(
         c["top1_score"] for c in curve.values())
     assert f"base ensemble + xgb ({hybrid['weight']:.1f})" in again.stdout
-    third = subprocess.run(hybrid_args, capture_output=True, text=True,
+    # a third run reads everything back and diagnoses: labels' ceiling, top-1's weight, fit
+    third = subprocess.run(hybrid_args + ["--diagnose"], capture_output=True, text=True,
                            timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
-    assert third.returncode == 0 and "baseline xgb" not in third.stdout
+    assert third.returncode == 0 and "baseline xgb" not in third.stdout, third.stderr[-3000:]
+    diagnosis = json.loads((out / "summary.json").read_text())["diagnosis"]
+    assert -1 <= diagnosis["label_ceiling"]["kendall_tau"] <= 1
+    assert diagnosis["top1_weight"]["tasks"] == 1
+    assert diagnosis["top1_weight"]["heaviest_10_share"] == pytest.approx(1.0)
+    for variant in ("base", "listmle"):
+        fitted = diagnosis["fit"][variant]
+        assert set(fitted) == {"train", "val"} and fitted["train"]["records"] > 0
+        assert -1 <= fitted["train"]["kendall_tau"] <= 1
+        assert f"{variant} seed 0 fits train tau" in third.stdout
+    assert "held-out labels, one repeat against another" in third.stdout
 
 
-def test_the_hybrid_standardises_each_workload_on_its_own():
+def _ablations():
     import importlib.util
-
-    import numpy as np
 
     spec = importlib.util.spec_from_file_location("ablations", BENCH)
     ablations = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ablations)
+    return ablations
+
+
+def test_the_hybrid_standardises_each_workload_on_its_own():
+    import numpy as np
+
+    ablations = _ablations()
     z = ablations.within_workload_z(["a", "a", "a", "b", "b", "c"], [1.0, 2.0, 3.0, 10.0, 30.0,
                                                                       5.0])
     np.testing.assert_allclose(z, [-1, 0, 1, -0.70710678, 0.70710678, 0])
@@ -105,3 +121,22 @@ def test_an_unknown_variant_is_one_line(tmp_path):
                           timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
     assert_clean_error(proc, "unknown variant 'bigger'", prog="ablations")
     assert not (tmp_path / "x").exists()
+
+
+def test_the_label_ceiling_and_top1_weight_by_hand():
+    """Steady repeats rank perfectly; noisy ones less. Top-1's weight is w_t times the best."""
+    import numpy as np
+    import pandas as pd
+
+    ablations = _ablations()
+    steady = pd.DataFrame({"workload_key": ["a"] * 4 + ["b"] * 2,
+                           "latencies": [np.full(5, v) for v in (1.0, 2.0, 3.0, 4.0, 30.0, 10.0)],
+                           "latency_median": [1.0, 2.0, 3.0, 4.0, 30.0, 10.0],
+                           "workload_weight": [1] * 4 + [3] * 2})
+    ceiling = ablations.label_ceiling(steady)
+    assert ceiling["kendall_tau"] == 1.0 and ceiling["top1_score"] == 1.0
+    noisy = steady.assign(latencies=[np.array(r) for r in ([1.0, 1.9], [1.2, 2.0], [1.8, 2.5],
+                                                           [4.0, 4.1], [9.0, 12.0], [10.0, 11.0])])
+    assert ablations.label_ceiling(noisy)["kendall_tau"] < 1.0
+    weight = ablations.top1_weight(steady)  # a: 1 x 1.0, b: 3 x 10.0
+    assert weight == {"tasks": 2, "heaviest_10_share": 1.0, "tasks_holding_half": 1}
