@@ -3,9 +3,10 @@
 Every rank loss in `RANK_LOSSES` maps (pred, target, group, scale) to a scalar; `group` marks
 the workload of each record, and records of different workloads are never ranked against each
 other (latencies of different programs are not a ranking problem); `scale` is the log-latency
-(in nats) of one unit of target, read only by losses that weigh latency ratios ("regret"). Lower target and lower
-prediction mean faster. Pairwise losses penalise d = pred_slower - pred_faster of each ordered
-same-workload pair (`pairwise_rank_loss`); listwise ones score each workload's whole list.
+(in nats) of one unit of target, read only by losses that weigh latency ratios ("regret").
+Lower target and lower prediction mean faster. Pairwise losses penalise d = pred_slower -
+pred_faster of each ordered same-workload pair (`pairwise_rank_loss`); listwise ones score each
+workload's whole list.
 """
 
 from __future__ import annotations
