@@ -14,6 +14,8 @@ and is scored on the same held-out records: every workload that occurs only in t
 - stores_lambdarank: as stores, with LambdaRank in place of the pairwise loss;
 - stores_regret: as stores, each rank pair weighted by its gap in normalised throughput
   (`costmodel.losses.regret_rank_loss`), so the fast end of each workload weighs most;
+- stores_trace: as stores, plus a third view, the schedule's trace as tokens through
+  self-attention (TLP's input: each primitive and its decisions; `--model.use_trace_features`);
 - narrow: trained on the first dataset (`data/llvm-full`, 52 hand-picked workloads, its own
   held-out-shapes split), scored on the same held-out networks: what the breadth bought.
 
@@ -81,6 +83,8 @@ VARIANTS = {
                           {"use_store_features": True, "rank_loss": "lambdarank"}, {}),
     "stores_regret": ("as stores, with rank pairs weighted by their throughput gap",
                       {"use_store_features": True, "rank_loss": "regret"}, {}),
+    "stores_trace": ("as stores, plus the schedule's trace as tokens (TLP's view)",
+                     {"use_store_features": True, "use_trace_features": True}, {}),
     "narrow": ("as base, trained on data/llvm-full (52 workloads)", {},
                {"dataset": "data/llvm-full", "split": "shapes", "test_networks": None}),
 }

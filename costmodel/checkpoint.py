@@ -10,8 +10,9 @@ Entries (the checkpoints `train fit` writes have these plus Lightning's optimise
 
 - "costmodel": the self-description. `format_version` (`FORMAT_VERSION`); the featuriser it
   was trained with (`featurizer_version`, `vocabulary`, `node_features`, `program_features`,
-  `edge_types`; `store_features`, the layout of MetaSchedule's per-store features, only when the
-  architecture reads them); `architecture`, from which the network is rebuilt
+  `edge_types`; `store_features`, the layout of MetaSchedule's per-store features, and
+  `trace_features`, the layout of the trace's tokens, each only when the architecture reads
+  them); `architecture`, from which the network is rebuilt
   (`costmodel.model.create_model`); `normalization` (its `per_workload` says the model was
   trained on per-workload standardised labels and predicts a relative score, not a latency;
   files without it predict latency); `target` (JSON) and `target_kind`; the training
@@ -34,7 +35,7 @@ import os
 
 import torch
 
-from costmodel import featurize
+from costmodel import featurize, trace_features
 from costmodel.model import create_model
 from costmodel.normalization import Normalization
 from datagen.errors import UserError
@@ -90,6 +91,8 @@ def describe(model, normalization: Normalization, target: str, dataset: str, spl
             "sides": {side: [str(k) for k in keys] for side, keys in sides.items()}}
     if model.architecture.get("num_store_features"):
         meta["store_features"] = featurize.STORE_FEATURES_VERSION
+    if model.architecture.get("num_trace_features"):
+        meta["trace_features"] = trace_features.TRACE_FEATURES_VERSION
     if init_from is not None:
         meta["init_from"] = init_from
     if train_share is not None:
@@ -164,6 +167,16 @@ def validate(path: str, meta: dict, target_kind: str | None = None) -> None:
                         f"({architecture['num_store_features']} per store), this version "
                         f"extracts {featurize.STORE_FEATURES_VERSION} "
                         f"({featurize.NUM_STORE_FEATURES}): retrain it")
+    if architecture.get("num_trace_features") and (
+            meta.get("trace_features") != trace_features.TRACE_FEATURES_VERSION
+            or architecture["num_trace_features"] != trace_features.NUM_TRACE_FEATURES
+            or architecture.get("num_trace_kinds") != trace_features.TRACE_KINDS):
+        raise UserError(f"{path} reads trace tokens {meta.get('trace_features')} "
+                        f"({architecture['num_trace_features']} numbers, "
+                        f"{architecture.get('num_trace_kinds')} kinds), this version makes "
+                        f"{trace_features.TRACE_FEATURES_VERSION} "
+                        f"({trace_features.NUM_TRACE_FEATURES}, {trace_features.TRACE_KINDS}): "
+                        "retrain it")
     if target_kind is not None and meta["target_kind"] != target_kind:
         raise UserError(f"{path} was trained for {meta['target_kind']} targets, not "
                         f"{target_kind}; pass a checkpoint trained on {target_kind} measurements")

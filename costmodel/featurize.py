@@ -28,7 +28,9 @@ Optionally (`Featurizer(stores=True)`) a graph also carries MetaSchedule's PerSt
 the program as `ProgramGraph.store_x`: one row of `NUM_STORE_FEATURES` hand-made features per
 store statement (loop annotations, arithmetic counts, per-buffer access patterns, reuse and
 arithmetic intensity), extracted as XGBModel extracts them, the features of TenSet's MLP and
-tree models.
+tree models. With `Featurizer(traces=True)` it carries the schedule's trace as tokens
+(`costmodel.trace_features`: one per primitive, with its decisions), TLP's input, as
+`ProgramGraph.trace_kind` and `ProgramGraph.trace_x`.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
+
+from costmodel.trace_features import TraceError, trace_tokens
 
 FEATURIZER_VERSION = "tir-graph-1"
 
@@ -112,6 +116,8 @@ class ProgramGraph:
         program: float32 [NUM_PROGRAM_FEATURES].
         store_x: float32 [S, NUM_STORE_FEATURES], one row per store statement (`store_features`);
             None unless the featuriser was asked for them.
+        trace_kind: int64 [T], trace_x: float32 [T, NUM_TRACE_FEATURES], the schedule's trace
+            as tokens (`costmodel.trace_features.trace_tokens`); None unless asked for.
     """
 
     node_kind: np.ndarray
@@ -120,6 +126,8 @@ class ProgramGraph:
     edge_type: np.ndarray
     program: np.ndarray
     store_x: np.ndarray | None = None
+    trace_kind: np.ndarray | None = None
+    trace_x: np.ndarray | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -135,7 +143,8 @@ class ProgramGraph:
     def to_pyg(self):
         """A `torch_geometric.data.Data`; `program` is [1, P] so that batches stack it. With
         `store_x`, also `store_x` [S, F] (batches concatenate the rows) and `store_count` [1]
-        (batches list each graph's S, which says which graph a row belongs to)."""
+        (batches list each graph's S, which says which graph a row belongs to); with the trace,
+        `trace_kind` [T], `trace_x` [T, F] and `trace_count` [1] likewise."""
         import torch
         from torch_geometric.data import Data
 
@@ -146,6 +155,10 @@ class ProgramGraph:
         if self.store_x is not None:
             data.store_x = torch.from_numpy(self.store_x)
             data.store_count = torch.tensor([len(self.store_x)])
+        if self.trace_x is not None:
+            data.trace_kind = torch.from_numpy(self.trace_kind)
+            data.trace_x = torch.from_numpy(self.trace_x)
+            data.trace_count = torch.tensor([len(self.trace_x)])
         return data
 
     def save(self, path: str | os.PathLike) -> None:
@@ -601,10 +614,13 @@ class Featurizer:
             and store features as `cache_dir/STORE_FEATURES_VERSION/KIND/<key>.npy`.
         memory_cache_size: graphs kept in memory (the least recently used go first).
         stores: also give every graph its `store_x` (`store_features`).
+        traces: also give every graph its schedule's trace as tokens (`trace_kind`, `trace_x`:
+            `costmodel.trace_features`); programs must then come as `Schedule`s or records.
     """
 
     def __init__(self, target=None, cache_dir: str | os.PathLike | None = None,
-                 memory_cache_size: int = DEFAULT_MEMORY_CACHE_SIZE, stores: bool = False):
+                 memory_cache_size: int = DEFAULT_MEMORY_CACHE_SIZE, stores: bool = False,
+                 traces: bool = False):
         import tvm
 
         from datagen.tvm_env import make_target
@@ -613,6 +629,7 @@ class Featurizer:
         kind = self.target.kind.name
         self.cache_dir = Path(cache_dir) / FEATURIZER_VERSION / kind if cache_dir else None
         self.stores = stores
+        self.traces = traces
         self.store_cache_dir = Path(cache_dir) / STORE_FEATURES_VERSION / kind \
             if cache_dir and stores else None
         self.memory_cache_size = memory_cache_size
@@ -621,7 +638,7 @@ class Featurizer:
 
     def __repr__(self) -> str:
         return (f"Featurizer(version={FEATURIZER_VERSION!r}, target={self.target.kind.name!r}, "
-                f"stores={self.stores}, "
+                f"stores={self.stores}, traces={self.traces}, "
                 f"cache_dir={str(self.cache_dir) if self.cache_dir else None!r})")
 
     def _cached(self, key: str) -> ProgramGraph | None:
@@ -670,15 +687,48 @@ class Featurizer:
         graph.store_x = store_x
         return graph
 
+    def _trace_of(self, mod_or_schedule) -> str | None:
+        """The trace of a `Schedule` as JSON text if this featuriser reads traces, else None.
+
+        Raises:
+            FeaturizeError: if traces are read and the program is a bare IRModule.
+        """
+        if not self.traces:
+            return None
+        from datagen.sampler import trace_to_json
+
+        if (trace := getattr(mod_or_schedule, "trace", None)) is None:
+            raise FeaturizeError("this featuriser reads schedule traces: give Schedules (or "
+                                 "dataset records), not IRModules")
+        return trace_to_json(trace)
+
+    def _with_trace(self, graph: ProgramGraph, trace_json: str | None) -> ProgramGraph:
+        """`graph` with its trace's tokens if this featuriser reads traces (a copy).
+
+        Raises:
+            FeaturizeError: if the trace is not MetaSchedule's JSON.
+        """
+        if not self.traces or graph.trace_x is not None:
+            return graph
+        try:
+            kinds, x = trace_tokens(trace_json)
+        except TraceError as err:
+            raise FeaturizeError(str(err)) from None
+        return dataclasses.replace(graph, trace_kind=kinds, trace_x=x)
+
     def featurize(self, mod_or_schedule, trace_hash: str | None = None) -> ProgramGraph:
         """The graph of a scheduled IRModule or `Schedule`, cached under `trace_hash` if given.
 
         Raises:
-            FeaturizeError: if the module cannot be lowered or walked.
+            FeaturizeError: if the module cannot be lowered or walked (or, when traces are
+                read, is no `Schedule`).
         """
+        trace_json = self._trace_of(mod_or_schedule)
         if trace_hash and (graph := self._cached(trace_hash)) is not None:
-            return graph
-        graph = self._finish(self._prepare(getattr(mod_or_schedule, "mod", mod_or_schedule)))
+            return self._with_trace(graph, trace_json)
+        graph = self._with_trace(
+            self._finish(self._prepare(getattr(mod_or_schedule, "mod", mod_or_schedule))),
+            trace_json)
         return self._store(trace_hash, graph) if trace_hash else graph
 
     def featurize_many(self, mods_or_schedules: list, workers: int | None = None) -> list:
@@ -700,13 +750,15 @@ class Featurizer:
         """
         from concurrent.futures import ThreadPoolExecutor
 
-        mods = [getattr(m, "mod", m) for m in mods_or_schedules]
         workers = workers or len(os.sched_getaffinity(0))
-        if workers < 2 or len(mods) < 2:
-            yield from (self.featurize(m) for m in mods)
+        if workers < 2 or len(mods_or_schedules) < 2:
+            yield from (self.featurize(m) for m in mods_or_schedules)
             return
+        traces = [self._trace_of(m) for m in mods_or_schedules]
+        mods = [getattr(m, "mod", m) for m in mods_or_schedules]
         with ThreadPoolExecutor(workers) as pool:
-            yield from map(self._finish, pool.map(self._prepare, mods))
+            yield from map(self._with_trace, map(self._finish, pool.map(self._prepare, mods)),
+                           traces)
 
     def featurize_record(self, workload_ir: str, trace_json: str, trace_hash: str) -> ProgramGraph:
         """The graph of a dataset record, cached under `record_key(workload_ir, trace_hash)`.
@@ -721,9 +773,9 @@ class Featurizer:
         """
         key = record_key(workload_ir, trace_hash)
         if (graph := self._cached(key)) is not None:
-            return graph
-        return self._store(key, self._finish(self._prepare_record(workload_ir, trace_json,
-                                                                  trace_hash)))
+            return self._with_trace(graph, trace_json)
+        return self._store(key, self._with_trace(
+            self._finish(self._prepare_record(workload_ir, trace_json, trace_hash)), trace_json))
 
     def _prepare_record(self, workload_ir: str, trace_json: str, trace_hash: str):
         """`_prepare` of a record's schedule, replayed from its trace (safe to run in threads).
@@ -762,24 +814,24 @@ class Featurizer:
 
         workers = workers or len(os.sched_getaffinity(0))
 
-        def finish(key: str, item) -> ProgramGraph | FeaturizeError:
-            if not isinstance(item, Future):
-                return item  # a cached graph
+        def finish(key: str, trace_json: str, item) -> ProgramGraph | FeaturizeError:
             try:
-                return self._store(key, self._finish(item.result()))
+                if not isinstance(item, Future):  # a cached graph
+                    return self._with_trace(item, trace_json)
+                return self._store(key, self._with_trace(self._finish(item.result()), trace_json))
             except FeaturizeError as err:
                 return err
 
         with ThreadPoolExecutor(max(1, workers)) as pool:
-            ahead: deque = deque()  # (key, cached graph or the future of its lowering)
+            ahead: deque = deque()  # (key, trace, cached graph or the future of its lowering)
             for workload_ir, trace_json, trace_hash in records:
                 key = record_key(workload_ir, trace_hash)
                 graph = self._cached(key)
-                ahead.append((key, graph if graph is not None else pool.submit(
+                ahead.append((key, trace_json, graph if graph is not None else pool.submit(
                     self._prepare_record, workload_ir, trace_json, trace_hash)))
                 # hand out what is ready in order; wait only when `window` records are ahead
-                while ahead and (len(ahead) > window or not isinstance(ahead[0][1], Future)
-                                 or ahead[0][1].done()):
+                while ahead and (len(ahead) > window or not isinstance(ahead[0][2], Future)
+                                 or ahead[0][2].done()):
                     yield finish(*ahead.popleft())
             while ahead:
                 yield finish(*ahead.popleft())

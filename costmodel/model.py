@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch_geometric.nn import SAGEConv, global_add_pool, global_max_pool, global_mean_pool
 from torch_geometric.nn.aggr import AttentionalAggregation
+from torch_geometric.utils import to_dense_batch
 
 from costmodel.registry import Registry
 
@@ -38,7 +39,11 @@ class GraphSAGECostModel(nn.Module):
     optionally a third pooling (`READOUTS`), when given a projection of whole-program
     features, and, with `num_store_features`, a second view of the program beside the graph:
     MetaSchedule's per-store features (TenSet's input), each store's row through an MLP, summed
-    over the program's stores (latency adds up over statements) and log-compressed.
+    over the program's stores (latency adds up over statements) and log-compressed. With
+    `num_trace_features`, a third view: the schedule's trace as tokens (TLP's input, one per
+    primitive with its decisions; `costmodel.trace_features`), each token its kind's embedding
+    plus a projection of its numbers plus its position's embedding, through `trace_layers`
+    self-attention layers, then mean and max pooled.
 
     Args:
         num_node_kinds: size of the node-kind vocabulary.
@@ -50,18 +55,23 @@ class GraphSAGECostModel(nn.Module):
         dropout: dropout in the head.
         readout: a name in `READOUTS`.
         num_store_features: per-store features per store row (0: none).
+        num_trace_features: numbers per trace token (0: no trace view).
+        num_trace_kinds: size of the trace tokens' kind vocabulary.
+        trace_layers: self-attention layers over the trace.
 
     Shapes:
         - **input:** node kinds :math:`(|V|)`, node features :math:`(|V|, F)`, edge index
           :math:`(2, |E|)`, edge types :math:`(|E|)`, batch vector :math:`(|V|)`, program
           features :math:`(B, P)`, store rows :math:`(S, F_s)` and the number of rows of each
-          graph :math:`(B)`
+          graph :math:`(B)`, trace token kinds :math:`(T)`, token features :math:`(T, F_t)` and
+          the number of tokens of each graph :math:`(B)`
         - **output:** :math:`(B)`, one prediction per graph
     """
 
     def __init__(self, num_node_kinds: int, num_node_features: int, num_edge_types: int,
                  num_program_features: int = 0, hidden: int = 128, num_layers: int = 3,
-                 dropout: float = 0.1, readout: str = "mean_max", num_store_features: int = 0):
+                 dropout: float = 0.1, readout: str = "mean_max", num_store_features: int = 0,
+                 num_trace_features: int = 0, num_trace_kinds: int = 0, trace_layers: int = 1):
         super().__init__()
         if readout not in READOUTS:
             raise ValueError(f"unknown readout {readout!r}; choose one of {', '.join(READOUTS)}")
@@ -74,6 +84,9 @@ class GraphSAGECostModel(nn.Module):
             self.architecture["readout"] = readout
         if num_store_features:
             self.architecture["num_store_features"] = num_store_features
+        if num_trace_features:
+            self.architecture.update(num_trace_features=num_trace_features,
+                                     num_trace_kinds=num_trace_kinds, trace_layers=trace_layers)
         self.num_edge_types = num_edge_types
         self.kind_embedding = nn.Embedding(num_node_kinds, hidden)
         self.feature_proj = nn.Linear(num_node_features, hidden)
@@ -92,8 +105,11 @@ class GraphSAGECostModel(nn.Module):
         self.store_mlp = nn.Sequential(
             nn.Linear(num_store_features, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
             nn.ReLU()) if num_store_features else None
+        self.trace = TraceEncoder(num_trace_kinds, num_trace_features, hidden, trace_layers) \
+            if num_trace_features else None
         readout = (3 if self.pool is not None else 2) * hidden \
-            + (hidden if num_program_features else 0) + (hidden if num_store_features else 0)
+            + (hidden if num_program_features else 0) + (hidden if num_store_features else 0) \
+            + (2 * hidden if num_trace_features else 0)
         self.head = nn.Sequential(nn.Linear(readout, hidden), nn.ReLU(), nn.Dropout(dropout),
                                   nn.Linear(hidden, hidden // 2), nn.ReLU(),
                                   nn.Linear(hidden // 2, 1))
@@ -101,7 +117,9 @@ class GraphSAGECostModel(nn.Module):
     def embed(self, node_kind: torch.Tensor, x: torch.Tensor, edge_index: torch.Tensor,
               edge_type: torch.Tensor, batch: torch.Tensor,
               program: torch.Tensor | None = None, store_x: torch.Tensor | None = None,
-              store_count: torch.Tensor | None = None) -> torch.Tensor:
+              store_count: torch.Tensor | None = None, trace_kind: torch.Tensor | None = None,
+              trace_x: torch.Tensor | None = None,
+              trace_count: torch.Tensor | None = None) -> torch.Tensor:
         """Graph embeddings :math:`(B, readout)`, the input of the head."""
         h = self.kind_embedding(node_kind) + self.feature_proj(x)
         masks = [edge_type == t for t in range(self.num_edge_types)]
@@ -121,6 +139,8 @@ class GraphSAGECostModel(nn.Module):
             owner = torch.repeat_interleave(torch.arange(size, device=store_count.device),
                                             store_count)
             parts.append(torch.log1p(global_add_pool(self.store_mlp(store_x), owner, size)))
+        if self.trace is not None:
+            parts.append(self.trace(trace_kind, trace_x, trace_count))
         return torch.cat(parts, dim=-1)
 
     @property
@@ -131,17 +151,55 @@ class GraphSAGECostModel(nn.Module):
     def forward(self, node_kind: torch.Tensor, x: torch.Tensor, edge_index: torch.Tensor,
                 edge_type: torch.Tensor, batch: torch.Tensor,
                 program: torch.Tensor | None = None, store_x: torch.Tensor | None = None,
-                store_count: torch.Tensor | None = None) -> torch.Tensor:
+                store_count: torch.Tensor | None = None, trace_kind: torch.Tensor | None = None,
+                trace_x: torch.Tensor | None = None,
+                trace_count: torch.Tensor | None = None) -> torch.Tensor:
         return self.head(self.embed(node_kind, x, edge_index, edge_type, batch, program,
-                                    store_x, store_count)).squeeze(-1)
+                                    store_x, store_count, trace_kind, trace_x,
+                                    trace_count)).squeeze(-1)
+
+
+class TraceEncoder(nn.Module):
+    """Schedule traces as token sequences -> one vector each :math:`(B, 2 hidden)`.
+
+    A token is its kind's embedding plus a projection of its numbers plus its position's
+    embedding (positions past `MAX_TRACE_POSITION` share the last); `layers` pre-norm
+    self-attention layers (4 heads) mix them, and the readout is the mean and the max over each
+    trace's tokens. Every trace has at least its start token, so no sequence is empty.
+    """
+
+    MAX_TRACE_POSITION = 128
+
+    def __init__(self, num_kinds: int, num_features: int, hidden: int, layers: int):
+        super().__init__()
+        self.kind_embedding = nn.Embedding(num_kinds, hidden)
+        self.feature_proj = nn.Linear(num_features, hidden)
+        self.position_embedding = nn.Embedding(self.MAX_TRACE_POSITION, hidden)
+        self.encoder = nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(hidden, 4, 2 * hidden, dropout=0.0, batch_first=True,
+                                       norm_first=True), layers, enable_nested_tensor=False)
+
+    def forward(self, kind: torch.Tensor, x: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        size = len(count)
+        owner = torch.repeat_interleave(torch.arange(size, device=count.device), count)
+        start = torch.cumsum(count, 0) - count
+        position = (torch.arange(len(kind), device=kind.device) - start[owner]).clamp(
+            max=self.MAX_TRACE_POSITION - 1)
+        h = self.kind_embedding(kind) + self.feature_proj(x) + self.position_embedding(position)
+        dense, mask = to_dense_batch(h, owner, batch_size=size)
+        dense = self.encoder(dense, src_key_padding_mask=~mask)[mask]
+        return torch.cat([global_mean_pool(dense, owner, size),
+                          global_max_pool(dense, owner, size)], dim=-1)
 
 
 def batch_inputs(model: nn.Module, batch) -> tuple:
     """The inputs of `model` (its `forward` and `embed`) from a batch of
     `Normalization.data` graphs: program and store features only if its architecture reads
-    them."""
+    them, likewise the trace's tokens."""
     arch = model.architecture
-    stores = bool(arch.get("num_store_features"))
+    stores, traces = bool(arch.get("num_store_features")), bool(arch.get("num_trace_features"))
     return (batch.node_kind, batch.x, batch.edge_index, batch.edge_type, batch.batch,
             batch.program if arch.get("num_program_features") else None,
-            batch.store_x if stores else None, batch.store_count if stores else None)
+            batch.store_x if stores else None, batch.store_count if stores else None,
+            *((batch.trace_kind, batch.trace_x, batch.trace_count) if traces
+              else (None, None, None)))

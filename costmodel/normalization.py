@@ -42,6 +42,9 @@ class Normalization:
     # store features (`ProgramGraph.store_x`), for models that read them; None: none
     store_mean: np.ndarray | None = None
     store_std: np.ndarray | None = None
+    # trace token features (`ProgramGraph.trace_x`), likewise
+    trace_mean: np.ndarray | None = None
+    trace_std: np.ndarray | None = None
 
     @classmethod
     def fit(cls, graphs, latencies, per_flop: bool = False,
@@ -52,7 +55,8 @@ class Normalization:
         workload (`per_workload`); `y_mean` is then 0 and `y_std` the pooled within-workload
         standard deviation of the training records, so that a prediction maps to a log-latency
         relative to its workload's mean (`log_latency`), in the units of a typical workload.
-        Graphs with store features (`store_x`) standardise those too.
+        Graphs with store features (`store_x`) or trace tokens (`trace_x`) standardise those
+        too.
         """
         graphs = list(graphs)
         x = np.concatenate([g.x for g in graphs])
@@ -65,16 +69,9 @@ class Normalization:
         else:
             residual = y - pd.Series(y).groupby(np.asarray(workloads)).transform("mean").to_numpy()
             y_mean, y_std = 0.0, float(np.sqrt(np.mean(residual ** 2)) + EPS)
-        store_mean = store_std = None
-        if graphs and all(g.store_x is not None for g in graphs):
-            rows = np.concatenate([g.store_x for g in graphs])
-            if len(rows):
-                store_mean, store_std = rows.mean(0), rows.std(0) + EPS
-            else:  # no program has a store: nothing to standardise
-                store_mean = np.zeros(rows.shape[1], np.float32)
-                store_std = np.ones(rows.shape[1], np.float32)
         return cls(x.mean(0), x.std(0) + EPS, prog.mean(0), prog.std(0) + EPS,
-                   y_mean, y_std, per_flop, workloads is not None, store_mean, store_std)
+                   y_mean, y_std, per_flop, workloads is not None,
+                   *_row_statistics(graphs, "store_x"), *_row_statistics(graphs, "trace_x"))
 
     @property
     def predicts_latency(self) -> bool:
@@ -102,16 +99,19 @@ class Normalization:
         def pick(mask, theirs, ours):
             return np.where(mask, theirs, ours).astype(np.asarray(ours).dtype)
 
-        stores = {}
-        if source.store_std is not None and self.store_std is not None:
-            mask = varied(source.store_std)
-            stores = {"store_mean": pick(mask, source.store_mean, self.store_mean),
-                      "store_std": pick(mask, source.store_std, self.store_std)}
+        rows = {}
+        for view in ("store", "trace"):
+            theirs, ours = getattr(source, f"{view}_std"), getattr(self, f"{view}_std")
+            if theirs is not None and ours is not None:
+                mask = varied(theirs)
+                rows[f"{view}_mean"] = pick(mask, getattr(source, f"{view}_mean"),
+                                            getattr(self, f"{view}_mean"))
+                rows[f"{view}_std"] = pick(mask, theirs, ours)
         return dataclasses.replace(
             self, x_mean=pick(x, source.x_mean, self.x_mean),
             x_std=pick(x, source.x_std, self.x_std),
             program_mean=pick(prog, source.program_mean, self.program_mean),
-            program_std=pick(prog, source.program_std, self.program_std), **stores)
+            program_std=pick(prog, source.program_std, self.program_std), **rows)
 
     def offset(self, graph) -> float:
         """What the target leaves out of a graph's log-latency: its log FLOPs if per FLOP."""
@@ -154,6 +154,14 @@ class Normalization:
                             / torch.from_numpy(self.store_std)).float()
         elif graph.store_x is not None:  # a model without store features: leave them out
             del data.store_x, data.store_count
+        if self.trace_mean is not None:
+            if graph.trace_x is None:
+                raise ValueError("this normalisation standardises trace tokens, and the graph "
+                                 "has none: featurise with Featurizer(traces=True)")
+            data.trace_x = ((data.trace_x - torch.from_numpy(self.trace_mean))
+                            / torch.from_numpy(self.trace_std)).float()
+        elif graph.trace_x is not None:  # a model without the trace view: leave it out
+            del data.trace_kind, data.trace_x, data.trace_count
         data.offset = torch.tensor([self.offset(graph)])
         if y is not None:
             data.y = torch.tensor([float(y)])
@@ -173,3 +181,14 @@ class Normalization:
     def latency(self, pred: torch.Tensor, offset: torch.Tensor) -> np.ndarray:
         """Seconds from normalised predictions and the graphs' `offset`s."""
         return np.exp(self.log_latency(pred, offset))
+
+
+def _row_statistics(graphs, name: str) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Mean and standard deviation (+ EPS) of the rows of every graph's `name` (store_x,
+    trace_x); (None, None) unless every graph has them; mean 0 and std 1 if none has a row."""
+    if not graphs or any(getattr(g, name) is None for g in graphs):
+        return None, None
+    rows = np.concatenate([getattr(g, name) for g in graphs])
+    if not len(rows):
+        return np.zeros(rows.shape[1], np.float32), np.ones(rows.shape[1], np.float32)
+    return rows.mean(0), rows.std(0) + EPS

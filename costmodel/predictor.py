@@ -80,8 +80,9 @@ class CostModelPredictor:
                                 "(normalize_per_workload), the others a latency")
         self.members = members
         stores = any(m.model.architecture.get("num_store_features") for m in members)
+        traces = any(m.model.architecture.get("num_trace_features") for m in members)
         self.featurizer = featurize.Featurizer(json.loads(first.meta["target"]),
-                                               cache_dir=cache_dir, stores=stores)
+                                               cache_dir=cache_dir, stores=stores, traces=traces)
 
     @property
     def meta(self) -> dict:
@@ -209,7 +210,8 @@ class CostModelPredictor:
         return float(np.mean(losses))
 
     def predict(self, schedules: list) -> np.ndarray:
-        """Latency in seconds for scheduled IRModules or `tvm.s_tir.Schedule`s."""
+        """Latency in seconds for scheduled IRModules or `tvm.s_tir.Schedule`s (only
+        `Schedule`s for a model that reads traces: an IRModule has none)."""
         return self.score_schedules(schedules)[0]
 
     def score_schedules(self, schedules: list) -> tuple[np.ndarray, np.ndarray]:

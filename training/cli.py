@@ -32,6 +32,7 @@ def _fit(args: list[str] | None) -> int:
         def add_arguments_to_parser(self, parser):
             # the data extract store features exactly when the model reads them
             parser.link_arguments("model.use_store_features", "data.store_features")
+            parser.link_arguments("model.use_trace_features", "data.trace_features")
 
     CLI(CostModelModule, ScheduleDataModule, seed_everything_default=0,
         save_config_kwargs={"overwrite": True}, args=args)

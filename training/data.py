@@ -209,6 +209,8 @@ class ScheduleDataModule(L.LightningDataModule):
         cache_dir: featurised graphs are cached here, keyed by featuriser version.
         store_features: also extract MetaSchedule's per-store features of every record (for a
             model with `use_store_features`; `train` sets this from it).
+        trace_features: also give every record its trace as tokens (for a model with
+            `use_trace_features`; `train` sets this from it).
         seed: seeds the split and the batch order.
         per_flop: learn log-latency per FLOP of the lowered program (the model's output plus
             the program's log FLOPs is its log-latency); off by default, as it ranked worse
@@ -236,7 +238,7 @@ class ScheduleDataModule(L.LightningDataModule):
                  per_flop: bool = False, test_networks: list[str] | None = None,
                  normalize_per_workload: bool = False, train_share: float = 1.0,
                  share_seed: int | None = None, max_cv: float | None = None,
-                 store_features: bool = False):
+                 store_features: bool = False, trace_features: bool = False):
         super().__init__()
         if per_flop and normalize_per_workload:
             raise UserError("per_flop and normalize_per_workload exclude each other: "
@@ -266,7 +268,7 @@ class ScheduleDataModule(L.LightningDataModule):
             raise UserError(f"{hp.dataset} has no successfully measured records to train on")
         check_one_target(frame, hp.dataset)
         featurizer = Featurizer(json.loads(frame.target.iloc[0]), cache_dir=hp.cache_dir,
-                                stores=hp.store_features)
+                                stores=hp.store_features, traces=hp.trace_features)
         graphs, failed = [], []
         rows = zip(frame.workload_ir, frame.trace, frame.trace_hash)
         for trace_hash, graph in zip(frame.trace_hash, tqdm(

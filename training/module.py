@@ -6,7 +6,7 @@ import lightning as L
 import numpy as np
 import torch
 
-from costmodel import checkpoint, featurize
+from costmodel import checkpoint, featurize, trace_features
 from costmodel.losses import RANK_LOSSES, cost_model_loss
 from costmodel.model import MODELS, READOUTS, batch_inputs
 from datagen.errors import UserError
@@ -19,7 +19,10 @@ ARCHITECTURE_OPTIONS = {"name": "--model.architecture", "hidden": "--model.hidde
                         "num_layers": "--model.num_layers", "dropout": "--model.dropout",
                         "num_program_features": "--model.use_program_features",
                         "readout": "--model.readout",
-                        "num_store_features": "--model.use_store_features"}
+                        "num_store_features": "--model.use_store_features",
+                        "num_trace_features": "--model.use_trace_features",
+                        "num_trace_kinds": "--model.use_trace_features",
+                        "trace_layers": "--model.trace_layers"}
 
 
 def check_same_architecture(path: str, theirs: dict, ours: dict) -> None:
@@ -51,6 +54,10 @@ class CostModelModule(L.LightningModule):
         use_store_features: also read MetaSchedule's per-store features of each program beside
             its graph (`costmodel.model.GraphSAGECostModel`); `train` passes it on to the data
             (`ScheduleDataModule.store_features`), which then extracts them.
+        use_trace_features: also read the schedule's trace as tokens (TLP's view: each
+            primitive and its decisions, `costmodel.trace_features`) through self-attention
+            beside the graph; `train` passes it on to the data (`trace_features`).
+        trace_layers: self-attention layers over the trace (with `use_trace_features`).
         lr: AdamW learning rate.
         lr_schedule: "constant" (the default), or "cosine": the learning rate falls from `lr`
             to 0 along a half cosine over all of training's steps (`max_epochs`), so the last
@@ -74,7 +81,7 @@ class CostModelModule(L.LightningModule):
     def __init__(self, architecture: str = "graphsage", hidden: int = 128, num_layers: int = 3,
                  dropout: float = 0.1, readout: str = "mean_max",
                  use_program_features: bool = True, use_store_features: bool = False,
-                 lr: float = 1e-3,
+                 use_trace_features: bool = False, trace_layers: int = 1, lr: float = 1e-3,
                  lr_schedule: str = "constant", weight_decay: float = 1e-4,
                  mse_weight: float = 1.0, rank_weight: float = 1.0,
                  rank_loss: str = "logistic", init_from: str | None = None):
@@ -85,14 +92,20 @@ class CostModelModule(L.LightningModule):
                             f"{', '.join(LR_SCHEDULES)}")
         if readout not in READOUTS:
             raise UserError(f"unknown readout {readout!r}; choose one of {', '.join(READOUTS)}")
+        if trace_layers < 1:
+            raise UserError(f"trace_layers must be at least 1, not {trace_layers}")
         self.save_hyperparameters()
+        traces = {"num_trace_features": trace_features.NUM_TRACE_FEATURES,
+                  "num_trace_kinds": trace_features.TRACE_KINDS,
+                  "trace_layers": trace_layers} if use_trace_features else {}
         self.model = MODELS.create(
             architecture, num_node_kinds=len(featurize.VOCABULARY),
             num_node_features=featurize.NUM_NODE_FEATURES,
             num_edge_types=len(featurize.EDGE_TYPES),
             num_program_features=featurize.NUM_PROGRAM_FEATURES if use_program_features else 0,
             hidden=hidden, num_layers=num_layers, dropout=dropout, readout=readout,
-            num_store_features=featurize.NUM_STORE_FEATURES if use_store_features else 0)
+            num_store_features=featurize.NUM_STORE_FEATURES if use_store_features else 0,
+            **traces)
         # with `init_from`: its normalisation and what the new checkpoint records of it
         self.source_normalization, self.source = None, None
         if init_from:
@@ -110,6 +123,9 @@ class CostModelModule(L.LightningModule):
         if self.hparams.use_store_features and data.normalization.store_mean is None:
             raise UserError("use_store_features needs data with store features: set "
                             "data.store_features true (train links the two)")
+        if self.hparams.use_trace_features and data.normalization.trace_mean is None:
+            raise UserError("use_trace_features needs data with trace tokens: set "
+                            "data.trace_features true (train links the two)")
         if self.source_normalization is not None:
             data.normalization = data.normalization.with_inputs_of(self.source_normalization)
 

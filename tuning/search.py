@@ -53,7 +53,7 @@ class PriorGP:
 
     def features(self, cands) -> tuple[np.ndarray, np.ndarray]:
         """(embeddings, prior log-latency) of candidates."""
-        seconds, emb = self.predictor.score_schedules([c.mod for c in cands])
+        seconds, emb = self.predictor.score_schedules([c.sch for c in cands])
         return list(emb.astype(np.float64)), np.log(seconds)
 
     def fit(self, x_all: list, x: list, prior: np.ndarray, y: np.ndarray) -> None:

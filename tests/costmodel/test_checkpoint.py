@@ -322,3 +322,38 @@ def test_a_store_feature_checkpoint_extracts_store_rows_to_predict(tmp_path, gra
         checkpoint.load(str(tmp_path / "old.ckpt"))
     assert not CostModelPredictor.load(write(tmp_path / "g.ckpt", graphs,
                                              target)).featurizer.stores
+
+
+def test_a_trace_reading_checkpoint_tokenises_traces_to_predict(tmp_path, target):
+    """A model that reads the trace view records its token layout; its predictor tokenises the
+    trace of every schedule it scores (and of every record), and a file naming another layout
+    or vocabulary is refused."""
+    from costmodel import trace_features
+
+    schedules = ScheduleSampler(DENSE.mod, target).random(6, 0, set())
+    with_tokens = featurize.Featurizer(target, traces=True).featurize_many(
+        [c.sch for c in schedules])
+    torch.manual_seed(0)
+    model = create_model({**architecture(),
+                          "num_trace_features": trace_features.NUM_TRACE_FEATURES,
+                          "num_trace_kinds": trace_features.TRACE_KINDS, "trace_layers": 1})
+    norm = Normalization.fit(with_tokens, np.linspace(1e-4, 2e-4, len(with_tokens)))
+    assert norm.trace_mean.shape == (trace_features.NUM_TRACE_FEATURES,)
+    meta = checkpoint.describe(model, norm, target_json(target), "data/x", "shapes",
+                               {"train": ["dense/a"], "val": [], "test": []})
+    assert meta["trace_features"] == trace_features.TRACE_FEATURES_VERSION
+    checkpoint.save(str(tmp_path / "t.ckpt"), model, meta, {})
+    predictor = CostModelPredictor.load(str(tmp_path / "t.ckpt"))
+    assert predictor.featurizer.traces and not predictor.featurizer.stores
+    np.testing.assert_array_equal(predictor.members[0].normalization.trace_std, norm.trace_std)
+    seconds = predictor.predict([c.sch for c in schedules])
+    np.testing.assert_allclose(seconds, predictor.predict_graphs(with_tokens), rtol=1e-5)
+    assert len(set(seconds.round(12))) > 1
+    with pytest.raises(featurize.FeaturizeError, match="give Schedules"):
+        predictor.predict([c.mod for c in schedules])
+    for changes, message in [({"trace_features": "ms-trace-0"}, "reads trace tokens ms-trace-0"),
+                             ({"architecture": {**meta["architecture"], "num_trace_kinds": 64}},
+                              "64 kinds")]:
+        checkpoint.save(str(tmp_path / "old.ckpt"), model, {**meta, **changes}, {})
+        with pytest.raises(UserError, match=message + ".*retrain it"):
+            checkpoint.load(str(tmp_path / "old.ckpt"))

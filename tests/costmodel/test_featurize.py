@@ -284,3 +284,37 @@ def test_graphs_carry_store_rows_only_when_asked(candidates, target, tmp_path):
     data = graph.to_pyg()
     assert data.store_x.shape == (len(want), NUM_STORE_FEATURES)
     assert data.store_count.tolist() == [len(want)]
+
+
+def test_graphs_carry_trace_tokens_only_when_asked(candidates, target, tmp_path):
+    """With `traces=True` every path (a schedule, many in threads, a record, a record whose graph
+    comes from the disk cache) attaches the tokens of the schedule's own trace; a bare IRModule
+    has no trace and is refused; the cache on disk holds graphs only."""
+    from costmodel.trace_features import trace_tokens
+
+    workload, cand = candidates[1]
+    ir = workload.definition()
+    want_kind, want_x = trace_tokens(cand.trace_json)
+    plain = Featurizer(target, cache_dir=tmp_path).featurize_record(ir, cand.trace_json,
+                                                                    cand.trace_hash)
+    assert plain.trace_x is None and not hasattr(plain.to_pyg(), "trace_x")
+    traced = Featurizer(target, cache_dir=tmp_path, traces=True)
+    from_disk = traced.featurize_record(ir, cand.trace_json, cand.trace_hash)  # cached graph
+    fresh = Featurizer(target, traces=True).featurize_record(ir, cand.trace_json,
+                                                            cand.trace_hash)
+    from_schedule = traced.featurize(cand.sch)
+    for graph in (from_disk, fresh, from_schedule):
+        np.testing.assert_array_equal(graph.trace_kind, want_kind)
+        np.testing.assert_array_equal(graph.trace_x, want_x)
+        np.testing.assert_array_equal(graph.x, plain.x)
+    many = traced.featurize_many([c.sch for _, c in candidates], workers=2)
+    for graph, (_, c) in zip(many, candidates):
+        np.testing.assert_array_equal(graph.trace_x, trace_tokens(c.trace_json)[1])
+    [from_records] = traced.iter_records([(ir, cand.trace_json, cand.trace_hash)])
+    np.testing.assert_array_equal(from_records.trace_kind, want_kind)
+    data = from_schedule.to_pyg()
+    assert data.trace_x.shape == want_x.shape and data.trace_count.tolist() == [len(want_x)]
+    with pytest.raises(FeaturizeError, match="reads schedule traces: give Schedules"):
+        traced.featurize(cand.mod)
+    [error] = Featurizer(target, traces=True).iter_records([(ir, "{not json", "f" * 40)])
+    assert isinstance(error, FeaturizeError)  # one bad record is reported, not raised

@@ -90,6 +90,34 @@ def test_store_rows_are_a_second_view_of_each_program():
     assert all(p.grad is not None for p in model.store_mlp.parameters())
 
 
+def test_trace_tokens_are_a_third_view_of_each_program():
+    """Trace tokens (T, F) with token counts per graph: each program attends to and pools only
+    its own tokens, padding a shorter trace changes nothing, and the branch is trained."""
+    torch.manual_seed(0)
+    model = GraphSAGECostModel(3, 3, 2, hidden=16, num_trace_features=5, num_trace_kinds=7,
+                               trace_layers=2).eval()
+    assert model.architecture["num_trace_features"] == 5
+    assert model.architecture["num_trace_kinds"] == 7 and model.architecture["trace_layers"] == 2
+    assert "num_trace_features" not in GraphSAGECostModel(3, 3, 2).architecture  # as before
+    kind, x, count = torch.tensor([0, 3, 4, 0, 6]), torch.randn(5, 5), torch.tensor([3, 2])
+    tokens = (None, None, None, kind, x, count)
+    out = model(*_tiny_batch(), *tokens)
+    assert out.shape == (2,) and model.embed(*_tiny_batch(), *tokens).shape == (2, 4 * 16)
+    changed_x = x.clone()
+    changed_x[4] += 1.0  # a token of graph 1
+    changed = model(*_tiny_batch(), None, None, None, kind, changed_x, count)
+    assert changed[0] == out[0] and changed[1] != out[1]
+    # graph 1 alone in a batch (no padding to graph 0's length) scores as in the batch
+    alone = model.trace(kind[3:], x[3:], count[1:])
+    torch.testing.assert_close(alone, model.trace(kind, x, count)[1:])
+    swapped = model(*_tiny_batch(), None, None, None, kind[[1, 0, 2, 3, 4]],
+                    x[[1, 0, 2, 3, 4]], count)
+    assert swapped[0] != out[0]  # positions matter: the order of primitives is read
+    model.train()
+    model(*_tiny_batch(), *tokens).sum().backward()
+    assert all(p.grad is not None for p in model.trace.parameters())
+
+
 def test_an_unknown_readout_is_refused():
     with pytest.raises(ValueError, match="unknown readout 'sum'"):
         GraphSAGECostModel(3, 3, 2, readout="sum")

@@ -280,3 +280,35 @@ def test_store_features_train_through_the_cli(tiny_dataset, tmp_path):
     proc = train("--data.dataset", tiny_dataset, "--trainer.fast_dev_run", "true",
                  "--data.store_features", "true", cwd=tmp_path)
     assert proc.returncode != 0  # linked: only the model's flag sets it
+
+
+def test_trace_features_train_through_the_cli(tiny_dataset, tmp_path):
+    """`--model.use_trace_features` alone makes the data tokenise every record's trace (the
+    CLI links the two): the checkpoint reads the trace view, and scores replayed schedules as
+    it scores their records."""
+    import tvm
+
+    from costmodel import checkpoint as checkpoint_file
+    from costmodel.predictor import CostModelPredictor
+    from costmodel.trace_features import NUM_TRACE_FEATURES, TRACE_FEATURES_VERSION
+    from datagen.records import read_records
+    from datagen.sampler import replay
+
+    proc = train("--data.dataset", tiny_dataset, "--trainer.max_epochs", "2",
+                 "--model.use_trace_features", "true", "--model.trace_layers", "2",
+                 cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (path,) = glob.glob(str(tmp_path / "checkpoints" / "*.ckpt"))
+    meta = checkpoint_file.read(path)["costmodel"]
+    assert meta["architecture"]["num_trace_features"] == NUM_TRACE_FEATURES
+    assert meta["architecture"]["trace_layers"] == 2
+    assert meta["trace_features"] == TRACE_FEATURES_VERSION
+    frame = read_records(tiny_dataset)
+    frame = frame[frame.status == "ok"].head(12)
+    predictor = CostModelPredictor.load(path)
+    schedules = [replay(tvm.ir.load_json(r.workload_ir), r.trace) for r in frame.itertuples()]
+    np.testing.assert_allclose(predictor.predict(schedules), predictor.predict_records(frame),
+                               rtol=1e-5)
+    proc = train("--data.dataset", tiny_dataset, "--trainer.fast_dev_run", "true",
+                 "--model.use_trace_features", "true", "--model.trace_layers", "0", cwd=tmp_path)
+    assert_clean_error(proc, "trace_layers must be at least 1, not 0", prog="train")
