@@ -1,6 +1,7 @@
 """costmodel: TIR graphs of scheduled programs, the latency models and their inference API.
 
-- `featurize`: lowering to loop-level TIR and the typed program graph.
+- `featurize`: lowering to loop-level TIR and the typed program graph; `trace_features`: the
+  schedule's trace as tokens, an optional second view of the program.
 - `model`: the networks, by name in `MODELS` (GraphSAGE); `losses`: the training losses, rank
   losses by name in `RANK_LOSSES`; `normalization`: the statistics a model is trained with.
 - `checkpoint`: the one checkpoint format: save, safe load (no code runs), validation.
