@@ -1,11 +1,16 @@
 """Benchmark: few-shot transfer of a trained checkpoint to another dataset (a CPU model to GPU
 measurements), as a curve over the share of the target's training records.
 
-For every share (default 1%, 5%, 10% and all of the training side's records) and seed, two
-models train on the same records of --dataset with `train fit` (configs/graphsage.yaml, the
-architecture of --init-from): "scratch", from random weights, and "finetuned", from the
-weights of --init-from (`--model.init_from`: the source's input standardisation, target
-statistics of the share). The share is a seeded draw within each workload that keeps at least
+For every share (default 1%, 5%, 10% and all of the training side's records) and seed, models
+train on the same records of --dataset with `train fit` (configs/graphsage.yaml, the
+architecture of --init-from), one per mode (--modes): "scratch", from random weights;
+"finetuned", from the weights of --init-from (`--model.init_from`: the source's input
+standardisation, target statistics of the share); "joint", from random weights on the share
+plus --joint-share of --joint-dataset's records (by default the dataset --init-from was
+trained on), one model learning both targets at once (MTL-TLP's recipe,
+`--data.joint_dataset`), with labels standardised within each workload. With
+--normalize-per-workload every mode's labels are, so scratch and finetuned compare with joint
+on equal terms (their MAPE is then undefined). The share is a seeded draw within each workload that keeps at least
 2 records of each (`--data.train_share`, `--data.share_seed` = the seed); the split (seeded by
 --split-seed) is the same for every run, and validation and test keep all their records. Each
 run keeps its checkpoint of best validation Kendall tau; it is scored on the held-out side with
@@ -22,6 +27,9 @@ checkpoint and result.json; finished runs are read back, so an interrupted bench
     python bench/transfer.py --dataset data/cuda-h100 --init-from checkpoints/graphsage.ckpt \\
         --split shapes [--shares 0.01 0.05 0.1 1.0] [--seeds 0 1 2] [--max-epochs 30] \\
         [--accelerator gpu]
+    python bench/transfer.py --dataset data/cuda-h100 --init-from checkpoints/graphsage.ckpt \\
+        --split shapes --modes scratch joint --joint-dataset data/llvm-networks \\
+        --joint-share 0.25 --normalize-per-workload
     python bench/transfer.py --dataset data/llvm-full \\
         --init-from checkpoints/graphsage-family-depthwise.ckpt --split family \\
         --test-families depthwise_conv2d --shares 0.05 1.0 --seeds 0 --max-epochs 2
@@ -37,7 +45,7 @@ import shutil
 import subprocess
 import sys
 
-MODES = ("scratch", "finetuned")
+MODES = ("scratch", "finetuned", "joint")
 METRICS = ("kendall_tau", "top1_score", "mape")  # printed and summarised first
 PLOTTED = {"kendall_tau": "Kendall tau", "top1_score": "top-1 score"}
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs",
@@ -50,7 +58,9 @@ def run_config(args, architecture: dict, mode: str, share: float, seed: int,
     model = {"architecture": architecture["name"], "hidden": architecture["hidden"],
              "num_layers": architecture["num_layers"], "dropout": architecture["dropout"],
              "use_program_features": bool(architecture["num_program_features"]),
-             "readout": architecture.get("readout", "mean_max")}
+             "readout": architecture.get("readout", "mean_max"),
+             "use_store_features": bool(architecture.get("num_store_features")),
+             "use_trace_features": bool(architecture.get("num_trace_features"))}
     if mode == "finetuned":
         model["init_from"] = args.init_from
         if args.finetune_lr is not None:
@@ -59,7 +69,10 @@ def run_config(args, architecture: dict, mode: str, share: float, seed: int,
             "test_fraction": args.test_fraction, "test_families": args.test_families,
             "test_networks": args.test_networks, "val_fraction": args.val_fraction,
             "seed": args.split_seed, "train_share": share, "share_seed": seed,
-            "cache_dir": args.cache_dir}
+            "cache_dir": args.cache_dir,
+            "normalize_per_workload": args.normalize_per_workload or mode == "joint"}
+    if mode == "joint":
+        data.update(joint_dataset=args.joint_dataset, joint_share=args.joint_share)
     checkpoint = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                   "init_args": {"dirpath": os.path.join(work, "checkpoints"), "filename": "best",
                                 "monitor": "val/kendall_tau", "mode": "max", "save_top_k": 1}}
@@ -73,12 +86,18 @@ def run_config(args, architecture: dict, mode: str, share: float, seed: int,
 
 def settings(args) -> dict:
     """What a finished run must share with this invocation to be read back."""
-    return {"dataset": portable(args.dataset), "init_from": portable(args.init_from),
+    wanted = {"dataset": portable(args.dataset), "init_from": portable(args.init_from),
             "split": args.split, "test_fraction": args.test_fraction,
             "test_families": args.test_families, "test_networks": args.test_networks,
             "val_fraction": args.val_fraction, "split_seed": args.split_seed,
             "max_epochs": args.max_epochs, "finetune_lr": args.finetune_lr,
             "config": portable(args.config)}
+    # only when set, so results made before these options read back
+    if args.normalize_per_workload:
+        wanted["normalize_per_workload"] = True
+    if "joint" in args.modes:
+        wanted.update(joint_dataset=portable(args.joint_dataset), joint_share=args.joint_share)
+    return wanted
 
 
 def train(args, architecture: dict, mode: str, share: float, seed: int, work: str) -> str:
@@ -271,12 +290,13 @@ def format_table(summary: dict) -> str:
         return f"{row[metric]['mean']:>8.3f} ± {row[metric]['std']:<6.3f}"
 
     names = {"kendall_tau": "tau", "top1_score": "top-1", "mape": "MAPE"}
+    modes = [mode for mode in MODES if mode in summary["curves"]]
     head = f"{'share':>6} {'records':>8} | " + " | ".join(
-        f"{mode + ' ' + names[m]:>17}" for mode in MODES for m in METRICS)
+        f"{mode + ' ' + names[m]:>17}" for mode in modes for m in METRICS)
     lines = [head]
     shares = sorted({s for rows in summary["curves"].values() for s in rows}, key=float)
     for share in shares:
-        rows = [summary["curves"].get(mode, {}).get(share) for mode in MODES]
+        rows = [summary["curves"].get(mode, {}).get(share) for mode in modes]
         records = next(r["train_records"] for r in rows if r)
         lines.append(f"{share:>6} {records:>8.0f} | " + " | ".join(
             cell(row, m) for row in rows for m in METRICS))
@@ -298,10 +318,12 @@ def bench(args) -> int:
 
     for share in args.shares:
         check_share(share)
+    check_share(args.joint_share, "--joint-share")
     if args.accelerator == "gpu":
         torch_device("cuda")  # no CUDA: one line before any training
     source = checkpoint.load(args.init_from)
     architecture = source.model.architecture
+    args.joint_dataset = args.joint_dataset or source.meta["dataset"]
     side = HeldOut(args)
     expected = split_workloads(side.frame, args.split, args.test_fraction,
                                args.test_families or [], args.val_fraction, args.split_seed,
@@ -312,7 +334,7 @@ def bench(args) -> int:
     runs = []
     for share in args.shares:
         for seed in args.seeds:
-            for mode in MODES:
+            for mode in args.modes:
                 work = os.path.join(args.out, "runs", mode, f"share{share:g}-seed{seed}")
                 result = read_result(os.path.join(work, "result.json"), wanted)
                 if result is None:
@@ -323,6 +345,7 @@ def bench(args) -> int:
                               "checkpoint": os.path.relpath(ckpt, args.out),
                               "train_records": meta["train_share"]["records"],
                               "train_records_of": meta["train_share"]["of"],
+                              "joint_records": meta.get("joint", {}).get("records"),
                               "test_workloads": meta["sides"]["test"],
                               "metrics": side.score(ckpt, meta["sides"]["test"])}
                     write_json(os.path.join(work, "result.json"), result)
@@ -336,7 +359,10 @@ def bench(args) -> int:
                "source_target": source.meta["target"], "split": args.split,
                "test_workloads": len(side.keys),
                "test_records": len(side.records(side.keys)), "shares": args.shares,
-               "seeds": args.seeds, "max_epochs": args.max_epochs,
+               "seeds": args.seeds, "max_epochs": args.max_epochs, "modes": args.modes,
+               "normalize_per_workload": args.normalize_per_workload,
+               **({"joint_dataset": args.joint_dataset, "joint_share": args.joint_share}
+                  if "joint" in args.modes else {}),
                "source": {"metrics": side.score(args.init_from, side.keys)},
                "curves": summarize(runs, args.shares), "runs": runs}
     write_json(os.path.join(args.out, "summary.json"), summary)
@@ -368,6 +394,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-epochs", type=int, default=30)
     parser.add_argument("--finetune-lr", type=float,
                         help="learning rate of the fine-tuned runs (default: the config's)")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=["scratch", "finetuned"],
+                        help="which models to train per share and seed")
+    parser.add_argument("--joint-dataset",
+                        help="joint mode: the other dataset that trains beside the share "
+                             "(default: the one --init-from was trained on)")
+    parser.add_argument("--joint-share", type=float, default=0.25,
+                        help="joint mode: the share of --joint-dataset's records it trains on")
+    parser.add_argument("--normalize-per-workload", action="store_true",
+                        help="labels standardised within each workload in every mode (joint "
+                             "always is), so the modes compare on equal terms")
     parser.add_argument("--accelerator", choices=["cpu", "gpu"], default="cpu",
                         help="trains on it (one device) and scores on it")
     parser.add_argument("--config", default=CONFIG, help="base `train fit` config")

@@ -19,7 +19,9 @@ Entries (the checkpoints `train fit` writes have these plus Lightning's optimise
   `dataset`, `split` and `sides` (the workload keys of each side); `train_share` (`share`,
   its `seed`, and the training `records` of the side's `of`; absent from older files); if its
   training started from another checkpoint's weights (`--model.init_from`),
-  `init_from` (`provenance`: that file's path and SHA-256, its target, dataset and split).
+  `init_from` (`provenance`: that file's path and SHA-256, its target, dataset and split);
+  if another dataset trained beside its own (`--data.joint_dataset`), `joint` (that
+  `dataset`, the `share` of it, its `target`, and the `records` and `workloads` trained on).
 - "hyper_parameters": the training hyperparameters (the loss settings also serve `adapt`).
 - "state_dict": the network's parameters, each key prefixed with "model.".
 
@@ -80,10 +82,11 @@ class Checkpoint:
 
 def describe(model, normalization: Normalization, target: str, dataset: str, split: str,
              sides: dict[str, list[str]], init_from: dict | None = None,
-             train_share: dict | None = None) -> dict:
+             train_share: dict | None = None, joint: dict | None = None) -> dict:
     """The self-description of a checkpoint of `model` (the "costmodel" entry); `init_from`
-    (`source`'s description) and `train_share` (the share of the training side's records it
-    was trained on) are recorded when given."""
+    (`source`'s description), `train_share` (the share of the training side's records it
+    was trained on) and `joint` (another dataset that trained beside it) are recorded when
+    given."""
     meta = {"format_version": FORMAT_VERSION, "featurizer_version": featurize.FEATURIZER_VERSION,
             **LAYOUT, "architecture": dict(model.architecture),
             "normalization": normalization.to_dict(), "target": target,
@@ -97,6 +100,8 @@ def describe(model, normalization: Normalization, target: str, dataset: str, spl
         meta["init_from"] = init_from
     if train_share is not None:
         meta["train_share"] = train_share
+    if joint is not None:
+        meta["joint"] = joint
     return meta
 
 

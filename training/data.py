@@ -12,7 +12,11 @@ workload instead (the model then predicts a relative score, not a latency).
 Training batches hold `per_workload` records of each of `workloads_per_batch` workloads, so
 every batch has pairs of the same workload for the rank loss. With `train_share` below 1 the
 model trains on a seeded random share of the training side's records (`share_of_records`);
-validation and test keep all of theirs.
+validation and test keep all of theirs. With `joint_dataset`, the records of a second dataset
+(usually another target's: CPU measurements beside a few GPU ones) train beside the training
+side, one model learning both (MTL-TLP's recipe); they never validate or test, and their
+targets are standardised within each workload like the others (`normalize_per_workload`), so
+two targets' latencies never share a scale.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ RECORD_COLUMNS = ["workload_key", "family", "network", "workload_ir", "trace", "
                   "target"]
 NETWORK_SEPARATOR = ","  # a workload shared by several networks lists them all
 MIN_PER_WORKLOAD = 2  # a share keeps this many records of a workload: rank pairs need two
+JOINT_PREFIX = "joint:"  # workload keys of `joint_dataset` records, apart from the dataset's own
 
 
 def usable(frame: pd.DataFrame) -> tuple[pd.DataFrame, int]:
@@ -118,10 +123,10 @@ def split_workloads(frame: pd.DataFrame, split: str, test_fraction: float,
     return sides
 
 
-def check_share(share: float) -> None:
+def check_share(share: float, name: str = "train_share") -> None:
     """Raises: UserError unless 0 < share <= 1."""
     if not 0 < share <= 1:  # also refuses NaN
-        raise UserError(f"train_share must be in (0, 1], not {share}")
+        raise UserError(f"{name} must be in (0, 1], not {share}")
 
 
 def share_of_records(frame: pd.DataFrame, share: float, seed: int) -> pd.DataFrame:
@@ -229,6 +234,14 @@ class ScheduleDataModule(L.LightningDataModule):
         max_cv: train only on records whose label spread at most this (`latency_cv`: std /
             mean of the repeats of the steadier measurement); validation and test keep every
             record. None: keep all (the default).
+        joint_dataset: a second dataset folder whose records train beside the training side
+            (never validate or test), e.g. CPU measurements beside a share of GPU ones; its
+            workloads stay apart from the dataset's own (keys prefixed `JOINT_PREFIX`) even
+            where they are the same programs, and it is featurised for its own target. Needs
+            `normalize_per_workload` (two targets' latencies share no scale). The checkpoint
+            is for the dataset's target and records what trained beside it (`joint`).
+        joint_share: train on this share of `joint_dataset`'s records (`share_of_records`,
+            seeded by `seed`), to bound training time.
     """
 
     def __init__(self, dataset: str = "data/llvm-full", split: str = "shapes",
@@ -238,12 +251,17 @@ class ScheduleDataModule(L.LightningDataModule):
                  per_flop: bool = False, test_networks: list[str] | None = None,
                  normalize_per_workload: bool = False, train_share: float = 1.0,
                  share_seed: int | None = None, max_cv: float | None = None,
-                 store_features: bool = False, trace_features: bool = False):
+                 store_features: bool = False, trace_features: bool = False,
+                 joint_dataset: str | None = None, joint_share: float = 1.0):
         super().__init__()
         if per_flop and normalize_per_workload:
             raise UserError("per_flop and normalize_per_workload exclude each other: "
                             "standardising within a workload already removes its scale")
+        if joint_dataset and not normalize_per_workload:
+            raise UserError("joint_dataset needs normalize_per_workload true: the two datasets' "
+                            "latencies are learnt relative to each workload's own")
         check_share(train_share)
+        check_share(joint_share, "joint_share")
         if max_cv is not None and not max_cv > 0:
             raise UserError(f"max_cv must be above 0 (a coefficient of variation), not {max_cv}")
         self.save_hyperparameters()
@@ -251,13 +269,12 @@ class ScheduleDataModule(L.LightningDataModule):
         self.frames: dict[str, pd.DataFrame] = {}
         self.sides: dict[str, list[str]] = {}
         self.train_share: dict = {}  # what the checkpoint records of the share trained on
+        self.target: str | None = None  # the dataset's target (JSON): what models predict for
+        self.joint: dict | None = None  # what the checkpoint records of `joint_dataset`
         self.dropped = 0
         self.noisy_dropped = 0  # training records over max_cv
 
     def setup(self, stage: str | None = None) -> None:
-        from tqdm import tqdm
-
-        from costmodel.featurize import FeaturizeError, Featurizer
         from datagen.records import read_records
 
         if self.frames:
@@ -267,21 +284,8 @@ class ScheduleDataModule(L.LightningDataModule):
         if frame.empty:
             raise UserError(f"{hp.dataset} has no successfully measured records to train on")
         check_one_target(frame, hp.dataset)
-        featurizer = Featurizer(json.loads(frame.target.iloc[0]), cache_dir=hp.cache_dir,
-                                stores=hp.store_features, traces=hp.trace_features)
-        graphs, failed = [], []
-        rows = zip(frame.workload_ir, frame.trace, frame.trace_hash)
-        for trace_hash, graph in zip(frame.trace_hash, tqdm(
-                featurizer.iter_records(rows), total=len(frame), desc="featurise", unit="rec",
-                disable=len(frame) < 256)):
-            if isinstance(graph, FeaturizeError):
-                graphs.append(None)
-                failed.append(trace_hash)
-            else:
-                graphs.append(graph)
-        frame = frame.assign(graph=graphs)
-        frame = frame[frame.graph.notna()].reset_index(drop=True)
-        self.dropped += len(failed)
+        self.target = frame.target.iloc[0]
+        frame = self._featurise(frame)
         self.sides = split_workloads(frame, hp.split, hp.test_fraction, hp.test_families or [],
                                      hp.val_fraction, hp.seed, hp.test_networks)
         self.frames = {name: frame[frame.workload_key.isin(keys)].reset_index(drop=True)
@@ -301,10 +305,67 @@ class ScheduleDataModule(L.LightningDataModule):
             self.frames["train"] = share_of_records(self.frames["train"], hp.train_share,
                                                     self.share_seed)
             self.train_share["records"] = len(self.frames["train"])
+        if hp.joint_dataset:
+            joint = self._joint_records()
+            self.frames["train"] = pd.concat([self.frames["train"], joint], ignore_index=True)
         train = self.frames["train"]
         self.normalization = Normalization.fit(
             train.graph, train.latency_median, per_flop=hp.per_flop,
             workloads=train.workload_key if hp.normalize_per_workload else None)
+
+    def _featurise(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """`frame` with each record's graph (`graph`), for the target of its records; records
+        that fail to featurise are dropped and counted in `dropped`."""
+        from tqdm import tqdm
+
+        from costmodel.featurize import FeaturizeError, Featurizer
+
+        hp = self.hparams
+        featurizer = Featurizer(json.loads(frame.target.iloc[0]), cache_dir=hp.cache_dir,
+                                stores=hp.store_features, traces=hp.trace_features)
+        graphs = []
+        rows = zip(frame.workload_ir, frame.trace, frame.trace_hash)
+        for graph in tqdm(featurizer.iter_records(rows), total=len(frame), desc="featurise",
+                          unit="rec", disable=len(frame) < 256):
+            graphs.append(None if isinstance(graph, FeaturizeError) else graph)
+        frame = frame.assign(graph=graphs)
+        self.dropped += int(frame.graph.isna().sum())
+        return frame[frame.graph.notna()].reset_index(drop=True)
+
+    def _joint_records(self) -> pd.DataFrame:
+        """The featurised share of `joint_dataset`'s records that trains beside the training
+        side, under workload keys of their own (`JOINT_PREFIX`).
+
+        Raises:
+            UserError: it has no usable record, mixes targets, or holds validation or
+                held-out workloads of the dataset measured on the same target (a leak).
+        """
+        from datagen.records import read_records
+
+        hp = self.hparams
+        frame, dropped = usable(read_records(hp.joint_dataset, RECORD_COLUMNS))
+        if frame.empty:
+            raise UserError(f"joint_dataset {hp.joint_dataset} has no successfully measured "
+                            "records to train on")
+        check_one_target(frame, hp.joint_dataset)
+        if frame.target.iloc[0] == self.target:
+            unseen = set(self.sides["val"]) | set(self.sides["test"])
+            leaked = sorted(set(frame.workload_key) & unseen)
+            if leaked:
+                raise UserError(f"joint_dataset {hp.joint_dataset} holds {len(leaked)} "
+                                f"validation or held-out workloads of {hp.dataset} on the same "
+                                f"target (e.g. {leaked[0]}); join another target's records or "
+                                "use another split")
+        self.dropped += dropped
+        if hp.joint_share < 1:
+            frame = share_of_records(frame, hp.joint_share, hp.seed)
+        frame = self._featurise(frame.assign(workload_key=JOINT_PREFIX + frame.workload_key))
+        if frame.empty:
+            raise UserError(f"no record of joint_dataset {hp.joint_dataset} could be featurised")
+        self.joint = {"dataset": hp.joint_dataset, "share": hp.joint_share,
+                      "target": frame.target.iloc[0], "records": len(frame),
+                      "workloads": int(frame.workload_key.nunique())}
+        return frame
 
     @property
     def share_seed(self) -> int:

@@ -189,7 +189,6 @@ class CostModelModule(L.LightningModule):
         """Make the checkpoint self-describing (`costmodel.checkpoint` reads it back)."""
         data = self.trainer.datamodule
         ckpt[checkpoint.META_KEY] = checkpoint.describe(
-            self.model, data.normalization, data.frames["train"].target.iloc[0],
-            data.hparams.dataset, data.hparams.split, data.sides,
-            init_from=self.source,
-            train_share=data.train_share)
+            self.model, data.normalization, data.target, data.hparams.dataset,
+            data.hparams.split, data.sides, init_from=self.source,
+            train_share=data.train_share, joint=data.joint)

@@ -21,11 +21,14 @@ from costmodel import checkpoint, featurize
 from costmodel.model import create_model
 from costmodel.normalization import EPS, Normalization
 from datagen.errors import UserError
-from training.data import MIN_PER_WORKLOAD, ScheduleDataModule, share_of_records
+from training.data import JOINT_PREFIX, MIN_PER_WORKLOAD, ScheduleDataModule, share_of_records
 from training.module import CostModelModule
 
 GPU_TARGET = json.dumps({"kind": "cuda", "arch": "sm_90a"})
-BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "transfer.py")
+REPO = os.path.join(os.path.dirname(__file__), "..", "..")
+BENCH = os.path.join(REPO, "bench", "transfer.py")
+# real CUDA records measured on an H100, committed: another target beside the tiny CPU dataset
+GPU_DATASET = os.path.join(REPO, "data", "cuda-h100")
 
 
 def records(sizes: dict[str, int]) -> pd.DataFrame:
@@ -193,6 +196,13 @@ def test_the_checkpoint_records_its_source_and_share(tmp_path):
     assert checkpoint.load(str(path)).meta["init_from"] == source  # plain containers: loads
 
 
+def test_a_joint_dataset_needs_per_workload_labels_and_a_share_in_zero_one():
+    with pytest.raises(UserError, match="joint_dataset needs normalize_per_workload true"):
+        ScheduleDataModule(joint_dataset="data/x")
+    with pytest.raises(UserError, match=r"joint_share must be in \(0, 1\], not 0.0"):
+        ScheduleDataModule(joint_dataset="data/x", normalize_per_workload=True, joint_share=0.0)
+
+
 # -- through the real CLI, on the tiny dataset ----------------------------------------------
 
 
@@ -315,3 +325,87 @@ def test_the_transfer_bench_writes_its_curve_and_resumes(tiny_checkpoint, tiny_d
     changed = subprocess.run(args[:-4] + ["--max-epochs", "2"] + args[-4:], capture_output=True,
                              text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
     assert_clean_error(changed, "was made with other settings (max_epochs)", prog="transfer")
+
+
+# -- joint training: another target's records beside the training side -----------------------
+
+
+@pytest.mark.slow
+def test_a_joint_dataset_trains_beside_the_training_side_only(tiny_dataset, tmp_path):
+    """The tiny CPU dataset with a share of the committed H100 records beside it: they join
+    the training side under keys of their own, featurised for their own target, standardised
+    within each workload; validation and test are the dataset's own, unchanged."""
+    kwargs = dict(dataset=tiny_dataset, split="family", test_families=["softmax"],
+                  val_fraction=0.5, cache_dir=str(tmp_path / "cache"),
+                  normalize_per_workload=True)
+    alone = ScheduleDataModule(**kwargs)
+    alone.setup()
+    data = ScheduleDataModule(joint_dataset=GPU_DATASET, joint_share=0.05, **kwargs)
+    data.setup()
+    train = data.frames["train"]
+    joint = train[train.workload_key.str.startswith(JOINT_PREFIX)]
+    own = train[~train.workload_key.str.startswith(JOINT_PREFIX)]
+    assert list(own.trace_hash) == list(alone.frames["train"].trace_hash)
+    for side in ("val", "test"):
+        assert list(data.frames[side].trace_hash) == list(alone.frames[side].trace_hash)
+    assert data.sides == alone.sides  # what the checkpoint records as its split
+    assert set(joint.target) == {data.joint["target"]} and data.target == own.target.iloc[0]
+    assert json.loads(data.joint["target"])["kind"] == "cuda"
+    assert data.joint == {"dataset": GPU_DATASET, "share": 0.05, "target": data.joint["target"],
+                          "records": len(joint), "workloads": joint.workload_key.nunique()}
+    assert len(joint) >= MIN_PER_WORKLOAD * data.joint["workloads"] > 0
+    # featurised for the GPU: CUDA thread bindings are graph features only a GPU program has
+    block = featurize.NODE_FEATURES.index("thread_is_block")
+    assert any(g.x[:, block].any() for g in joint.graph)
+    assert not any(g.x[:, block].any() for g in own.graph)
+    # every workload's targets are standardised among its own records
+    y = data.normalization.targets(train.graph, train.latency_median, train.workload_key)
+    means = pd.Series(y).groupby(train.workload_key.to_numpy()).mean()
+    np.testing.assert_allclose(means.to_numpy(), 0.0, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_joint_dataset_of_the_same_target_may_not_hold_held_out_workloads(tiny_dataset,
+                                                                           tmp_path):
+    data = ScheduleDataModule(dataset=tiny_dataset, split="family", test_families=["softmax"],
+                              val_fraction=0.5, cache_dir=str(tmp_path / "cache"),
+                              normalize_per_workload=True, joint_dataset=tiny_dataset)
+    with pytest.raises(UserError, match=r"holds \d+ validation or held-out workloads of "
+                                        r".* on the same target \(e.g. "):
+        data.setup()
+
+
+@pytest.mark.slow
+def test_the_transfer_bench_trains_jointly(tiny_checkpoint, tiny_dataset, tmp_path):
+    """--modes scratch joint with per-workload labels: the joint run trains on the share and
+    on the other dataset's records, its checkpoint is for the share's target and says so."""
+    from costmodel.predictor import CostModelPredictor
+
+    out = tmp_path / "transfer"
+    args = [sys.executable, BENCH, "--dataset", tiny_dataset, "--init-from", tiny_checkpoint,
+            "--split", "family", "--test-families", "softmax", "--val-fraction", "0.5",
+            "--shares", "1.0", "--seeds", "0", "--max-epochs", "1", "--modes", "scratch",
+            "joint", "--joint-dataset", GPU_DATASET, "--joint-share", "0.05",
+            "--normalize-per-workload", "--out", str(out), "--cache-dir", str(tmp_path / "c")]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["curves"]) == {"scratch", "joint"} and summary["modes"] == ["scratch",
+                                                                                  "joint"]
+    assert summary["normalize_per_workload"] and summary["joint_share"] == 0.05
+    runs = {r["mode"]: r for r in summary["runs"]}
+    assert runs["joint"]["train_records"] == runs["scratch"]["train_records"]
+    assert runs["joint"]["joint_records"] > 0 and runs["scratch"]["joint_records"] is None
+    joint = checkpoint.load(str(out / runs["joint"]["checkpoint"]))
+    scratch = checkpoint.load(str(out / runs["scratch"]["checkpoint"]))
+    assert joint.meta["joint"]["records"] == runs["joint"]["joint_records"]
+    assert json.loads(joint.meta["joint"]["target"])["kind"] == "cuda"
+    assert joint.meta["target"] == scratch.meta["target"] and joint.meta["target_kind"] == "llvm"
+    assert joint.normalization.per_workload and scratch.normalization.per_workload
+    assert "joint" not in scratch.meta
+    CostModelPredictor.load(str(out / runs["joint"]["checkpoint"]))  # a model for the CPU
+    assert "joint tau" in proc.stdout and "finetuned tau" not in proc.stdout
+    bad = subprocess.run(args[:-4] + ["--joint-share", "2"] + args[-4:], capture_output=True,
+                         text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    assert_clean_error(bad, "--joint-share must be in (0, 1], not 2.0", prog="transfer")
