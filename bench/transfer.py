@@ -8,9 +8,9 @@ architecture of --init-from), one per mode (--modes): "scratch", from random wei
 standardisation, target statistics of the share); "joint", from random weights on the share
 plus --joint-share of --joint-dataset's records (by default the dataset --init-from was
 trained on), one model learning both targets at once (MTL-TLP's recipe,
-`--data.joint_dataset`), with labels standardised within each workload. With
---normalize-per-workload every mode's labels are, so scratch and finetuned compare with joint
-on equal terms (their MAPE is then undefined). The share is a seeded draw within each workload that keeps at least
+`--data.joint_dataset`: each target's latencies standardised with its own statistics). With
+--normalize-per-workload every mode's labels are standardised within each workload (MAPE is
+then undefined). The share is a seeded draw within each workload that keeps at least
 2 records of each (`--data.train_share`, `--data.share_seed` = the seed); the split (seeded by
 --split-seed) is the same for every run, and validation and test keep all their records. Each
 run keeps its checkpoint of best validation Kendall tau; it is scored on the held-out side with
@@ -70,7 +70,7 @@ def run_config(args, architecture: dict, mode: str, share: float, seed: int,
             "test_networks": args.test_networks, "val_fraction": args.val_fraction,
             "seed": args.split_seed, "train_share": share, "share_seed": seed,
             "cache_dir": args.cache_dir,
-            "normalize_per_workload": args.normalize_per_workload or mode == "joint"}
+            "normalize_per_workload": args.normalize_per_workload}
     if mode == "joint":
         data.update(joint_dataset=args.joint_dataset, joint_share=args.joint_share)
     checkpoint = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
@@ -402,8 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--joint-share", type=float, default=0.25,
                         help="joint mode: the share of --joint-dataset's records it trains on")
     parser.add_argument("--normalize-per-workload", action="store_true",
-                        help="labels standardised within each workload in every mode (joint "
-                             "always is), so the modes compare on equal terms")
+                        help="labels standardised within each workload, in every mode")
     parser.add_argument("--accelerator", choices=["cpu", "gpu"], default="cpu",
                         help="trains on it (one device) and scores on it")
     parser.add_argument("--config", default=CONFIG, help="base `train fit` config")

@@ -64,14 +64,19 @@ class Normalization:
         y = np.log(np.asarray(latencies, float))
         if per_flop:
             y = y - prog[:, FLOPS_FEATURE] * math.log(2)
-        if workloads is None:
-            y_mean, y_std = float(y.mean()), float(y.std() + EPS)
-        else:
-            residual = y - pd.Series(y).groupby(np.asarray(workloads)).transform("mean").to_numpy()
-            y_mean, y_std = 0.0, float(np.sqrt(np.mean(residual ** 2)) + EPS)
+        y_mean, y_std = _target_statistics(y, workloads)
         return cls(x.mean(0), x.std(0) + EPS, prog.mean(0), prog.std(0) + EPS,
                    y_mean, y_std, per_flop, workloads is not None,
                    *_row_statistics(graphs, "store_x"), *_row_statistics(graphs, "trace_x"))
+
+    def refit_targets(self, graphs, latencies, workloads=None) -> "Normalization":
+        """A copy whose target statistics (`y_mean`, `y_std`) are fitted on these records (as
+        `fit` does; pass `workloads` if this one is `per_workload`), the input statistics
+        kept: for records of another target trained beside the fitted ones, whose latencies
+        share no scale with theirs."""
+        y = np.log(np.asarray(latencies, float)) - np.array([self.offset(g) for g in graphs])
+        y_mean, y_std = _target_statistics(y, workloads if self.per_workload else None)
+        return dataclasses.replace(self, y_mean=y_mean, y_std=y_std)
 
     @property
     def predicts_latency(self) -> bool:
@@ -181,6 +186,15 @@ class Normalization:
     def latency(self, pred: torch.Tensor, offset: torch.Tensor) -> np.ndarray:
         """Seconds from normalised predictions and the graphs' `offset`s."""
         return np.exp(self.log_latency(pred, offset))
+
+
+def _target_statistics(y: np.ndarray, workloads=None) -> tuple[float, float]:
+    """(y_mean, y_std) of log-latencies `y`: over all of them, or with `workloads`, 0 and the
+    pooled within-workload standard deviation."""
+    if workloads is None:
+        return float(y.mean()), float(y.std() + EPS)
+    residual = y - pd.Series(y).groupby(np.asarray(workloads)).transform("mean").to_numpy()
+    return 0.0, float(np.sqrt(np.mean(residual ** 2)) + EPS)
 
 
 def _row_statistics(graphs, name: str) -> tuple[np.ndarray | None, np.ndarray | None]:

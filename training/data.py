@@ -15,8 +15,8 @@ model trains on a seeded random share of the training side's records (`share_of_
 validation and test keep all of theirs. With `joint_dataset`, the records of a second dataset
 (usually another target's: CPU measurements beside a few GPU ones) train beside the training
 side, one model learning both (MTL-TLP's recipe); they never validate or test, and their
-targets are standardised within each workload like the others (`normalize_per_workload`), so
-two targets' latencies never share a scale.
+targets are standardised with statistics of their own (`joint_normalization`), so two targets'
+latencies never share a scale; the input statistics are fitted over both.
 """
 
 from __future__ import annotations
@@ -237,9 +237,11 @@ class ScheduleDataModule(L.LightningDataModule):
         joint_dataset: a second dataset folder whose records train beside the training side
             (never validate or test), e.g. CPU measurements beside a share of GPU ones; its
             workloads stay apart from the dataset's own (keys prefixed `JOINT_PREFIX`) even
-            where they are the same programs, and it is featurised for its own target. Needs
-            `normalize_per_workload` (two targets' latencies share no scale). The checkpoint
-            is for the dataset's target and records what trained beside it (`joint`).
+            where they are the same programs, and it is featurised for its own target. Its
+            latencies are standardised with their own statistics (two targets' latencies
+            share no scale; per workload if `normalize_per_workload`). The checkpoint is for
+            the dataset's target, with its target statistics, and records what trained
+            beside it (`joint`).
         joint_share: train on this share of `joint_dataset`'s records (`share_of_records`,
             seeded by `seed`), to bound training time.
     """
@@ -257,9 +259,6 @@ class ScheduleDataModule(L.LightningDataModule):
         if per_flop and normalize_per_workload:
             raise UserError("per_flop and normalize_per_workload exclude each other: "
                             "standardising within a workload already removes its scale")
-        if joint_dataset and not normalize_per_workload:
-            raise UserError("joint_dataset needs normalize_per_workload true: the two datasets' "
-                            "latencies are learnt relative to each workload's own")
         check_share(train_share)
         check_share(joint_share, "joint_share")
         if max_cv is not None and not max_cv > 0:
@@ -271,6 +270,7 @@ class ScheduleDataModule(L.LightningDataModule):
         self.train_share: dict = {}  # what the checkpoint records of the share trained on
         self.target: str | None = None  # the dataset's target (JSON): what models predict for
         self.joint: dict | None = None  # what the checkpoint records of `joint_dataset`
+        self.joint_normalization: Normalization | None = None  # target statistics of those
         self.dropped = 0
         self.noisy_dropped = 0  # training records over max_cv
 
@@ -309,9 +309,16 @@ class ScheduleDataModule(L.LightningDataModule):
             joint = self._joint_records()
             self.frames["train"] = pd.concat([self.frames["train"], joint], ignore_index=True)
         train = self.frames["train"]
-        self.normalization = Normalization.fit(
+        self.normalization = Normalization.fit(  # inputs over both datasets, if joint
             train.graph, train.latency_median, per_flop=hp.per_flop,
             workloads=train.workload_key if hp.normalize_per_workload else None)
+        if hp.joint_dataset:  # each target's latencies standardised with its own statistics
+            joint = train.workload_key.str.startswith(JOINT_PREFIX).to_numpy()
+            both = self.normalization
+            self.joint_normalization = both.refit_targets(
+                train.graph[joint], train.latency_median[joint], train.workload_key[joint])
+            self.normalization = both.refit_targets(
+                train.graph[~joint], train.latency_median[~joint], train.workload_key[~joint])
 
     def _featurise(self, frame: pd.DataFrame) -> pd.DataFrame:
         """`frame` with each record's graph (`graph`), for the target of its records; records
@@ -376,6 +383,10 @@ class ScheduleDataModule(L.LightningDataModule):
         frame = self.frames[side]
         ids = {k: i for i, k in enumerate(sorted(frame.workload_key.unique()))}
         ys = self.normalization.targets(frame.graph, frame.latency_median, frame.workload_key)
+        if side == "train" and self.joint_normalization is not None:
+            joint = frame.workload_key.str.startswith(JOINT_PREFIX).to_numpy()
+            ys[joint] = self.joint_normalization.targets(
+                frame.graph[joint], frame.latency_median[joint], frame.workload_key[joint])
         data = [self.normalization.data(g, y=y, group=ids[k])
                 for g, y, k in zip(frame.graph, ys, frame.workload_key)]
         groups = [np.flatnonzero(frame.workload_key.to_numpy() == k) for k in ids]

@@ -4,6 +4,7 @@ a trained checkpoint (`--model.init_from`), and bench/transfer.py's curve.
 The fast tests use real, freshly initialised networks in real checkpoint files; the slow ones
 train through the real `train` CLI on the tiny measured dataset."""
 
+import dataclasses
 import glob
 import hashlib
 import json
@@ -196,11 +197,28 @@ def test_the_checkpoint_records_its_source_and_share(tmp_path):
     assert checkpoint.load(str(path)).meta["init_from"] == source  # plain containers: loads
 
 
-def test_a_joint_dataset_needs_per_workload_labels_and_a_share_in_zero_one():
-    with pytest.raises(UserError, match="joint_dataset needs normalize_per_workload true"):
-        ScheduleDataModule(joint_dataset="data/x")
+def test_a_joint_share_outside_zero_one_is_refused():
     with pytest.raises(UserError, match=r"joint_share must be in \(0, 1\], not 0.0"):
-        ScheduleDataModule(joint_dataset="data/x", normalize_per_workload=True, joint_share=0.0)
+        ScheduleDataModule(joint_dataset="data/x", joint_share=0.0)
+
+
+def test_refitted_targets_keep_the_inputs_and_standardise_the_new_records():
+    """Another target's records get target statistics of their own, overall or per workload."""
+    n, p = featurize.NUM_NODE_FEATURES, featurize.NUM_PROGRAM_FEATURES
+    graphs = [featurize.ProgramGraph(np.zeros(1, np.int64), np.zeros((1, n), np.float32),
+                                     np.zeros((2, 0), np.int64), np.zeros(0, np.int64),
+                                     np.zeros(p, np.float32)) for _ in range(4)]
+    lat = np.array([1e-6, 4e-6, 1e-3, 4e-3])  # two workloads, 1,000 times apart
+    keys = ["a", "a", "b", "b"]
+    norm = Normalization(np.ones(n), np.ones(n), np.ones(p), np.ones(p), -10.0, 1.0)
+    new = norm.refit_targets(graphs, lat, keys)
+    y = np.log(lat)
+    assert (new.y_mean, new.y_std) == (pytest.approx(y.mean()), pytest.approx(y.std() + EPS))
+    np.testing.assert_array_equal(new.x_mean, norm.x_mean)
+    np.testing.assert_allclose(new.targets(graphs, lat, keys), (y - y.mean()) / (y.std() + EPS))
+    relative = dataclasses.replace(norm, per_workload=True).refit_targets(graphs, lat, keys)
+    assert relative.y_mean == 0.0
+    assert relative.y_std == pytest.approx(np.log(4) / 2 + EPS)  # each record log(2) off its mean
 
 
 # -- through the real CLI, on the tiny dataset ----------------------------------------------
@@ -333,11 +351,11 @@ def test_the_transfer_bench_writes_its_curve_and_resumes(tiny_checkpoint, tiny_d
 @pytest.mark.slow
 def test_a_joint_dataset_trains_beside_the_training_side_only(tiny_dataset, tmp_path):
     """The tiny CPU dataset with a share of the committed H100 records beside it: they join
-    the training side under keys of their own, featurised for their own target, standardised
-    within each workload; validation and test are the dataset's own, unchanged."""
+    the training side under keys of their own, featurised for their own target, their
+    latencies standardised with their own statistics; validation and test are the dataset's
+    own, unchanged, and so are the dataset's target statistics."""
     kwargs = dict(dataset=tiny_dataset, split="family", test_families=["softmax"],
-                  val_fraction=0.5, cache_dir=str(tmp_path / "cache"),
-                  normalize_per_workload=True)
+                  val_fraction=0.5, cache_dir=str(tmp_path / "cache"))
     alone = ScheduleDataModule(**kwargs)
     alone.setup()
     data = ScheduleDataModule(joint_dataset=GPU_DATASET, joint_share=0.05, **kwargs)
@@ -358,10 +376,24 @@ def test_a_joint_dataset_trains_beside_the_training_side_only(tiny_dataset, tmp_
     block = featurize.NODE_FEATURES.index("thread_is_block")
     assert any(g.x[:, block].any() for g in joint.graph)
     assert not any(g.x[:, block].any() for g in own.graph)
-    # every workload's targets are standardised among its own records
-    y = data.normalization.targets(train.graph, train.latency_median, train.workload_key)
-    means = pd.Series(y).groupby(train.workload_key.to_numpy()).mean()
-    np.testing.assert_allclose(means.to_numpy(), 0.0, atol=1e-6)
+    # each target's log-latencies standardised with their own mean and spread
+    assert (data.normalization.y_mean, data.normalization.y_std) == pytest.approx(
+        (alone.normalization.y_mean, alone.normalization.y_std))
+    y = np.concatenate([d.y.numpy() for d in data._dataset("train")[0]])
+    is_joint = train.workload_key.str.startswith(JOINT_PREFIX).to_numpy()
+    for rows in (is_joint, ~is_joint):
+        assert y[rows].mean() == pytest.approx(0.0, abs=1e-4)
+        assert y[rows].std() == pytest.approx(1.0, abs=1e-4)
+    gpu_y = np.log(joint.latency_median.to_numpy(float))
+    assert data.joint_normalization.y_mean == pytest.approx(gpu_y.mean())
+    assert abs(data.joint_normalization.y_mean - data.normalization.y_mean) > 1  # apart
+    # per-workload labels: each of its workloads standardised among its own records
+    relative = ScheduleDataModule(joint_dataset=GPU_DATASET, joint_share=0.05,
+                                  normalize_per_workload=True, **kwargs)
+    relative.setup()
+    y = np.concatenate([d.y.numpy() for d in relative._dataset("train")[0]])
+    means = pd.Series(y).groupby(relative.frames["train"].workload_key.to_numpy()).mean()
+    np.testing.assert_allclose(means.to_numpy(), 0.0, atol=1e-5)
 
 
 @pytest.mark.slow
@@ -369,7 +401,7 @@ def test_a_joint_dataset_of_the_same_target_may_not_hold_held_out_workloads(tiny
                                                                            tmp_path):
     data = ScheduleDataModule(dataset=tiny_dataset, split="family", test_families=["softmax"],
                               val_fraction=0.5, cache_dir=str(tmp_path / "cache"),
-                              normalize_per_workload=True, joint_dataset=tiny_dataset)
+                              joint_dataset=tiny_dataset)
     with pytest.raises(UserError, match=r"holds \d+ validation or held-out workloads of "
                                         r".* on the same target \(e.g. "):
         data.setup()
@@ -377,8 +409,8 @@ def test_a_joint_dataset_of_the_same_target_may_not_hold_held_out_workloads(tiny
 
 @pytest.mark.slow
 def test_the_transfer_bench_trains_jointly(tiny_checkpoint, tiny_dataset, tmp_path):
-    """--modes scratch joint with per-workload labels: the joint run trains on the share and
-    on the other dataset's records, its checkpoint is for the share's target and says so."""
+    """--modes scratch joint: the joint run trains on the share and on the other dataset's
+    records, its checkpoint is for the share's target, predicts its latencies and says so."""
     from costmodel.predictor import CostModelPredictor
 
     out = tmp_path / "transfer"
@@ -386,14 +418,14 @@ def test_the_transfer_bench_trains_jointly(tiny_checkpoint, tiny_dataset, tmp_pa
             "--split", "family", "--test-families", "softmax", "--val-fraction", "0.5",
             "--shares", "1.0", "--seeds", "0", "--max-epochs", "1", "--modes", "scratch",
             "joint", "--joint-dataset", GPU_DATASET, "--joint-share", "0.05",
-            "--normalize-per-workload", "--out", str(out), "--cache-dir", str(tmp_path / "c")]
+            "--out", str(out), "--cache-dir", str(tmp_path / "c")]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC,
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["curves"]) == {"scratch", "joint"} and summary["modes"] == ["scratch",
                                                                                   "joint"]
-    assert summary["normalize_per_workload"] and summary["joint_share"] == 0.05
+    assert not summary["normalize_per_workload"] and summary["joint_share"] == 0.05
     runs = {r["mode"]: r for r in summary["runs"]}
     assert runs["joint"]["train_records"] == runs["scratch"]["train_records"]
     assert runs["joint"]["joint_records"] > 0 and runs["scratch"]["joint_records"] is None
@@ -402,7 +434,8 @@ def test_the_transfer_bench_trains_jointly(tiny_checkpoint, tiny_dataset, tmp_pa
     assert joint.meta["joint"]["records"] == runs["joint"]["joint_records"]
     assert json.loads(joint.meta["joint"]["target"])["kind"] == "cuda"
     assert joint.meta["target"] == scratch.meta["target"] and joint.meta["target_kind"] == "llvm"
-    assert joint.normalization.per_workload and scratch.normalization.per_workload
+    assert joint.normalization.predicts_latency and scratch.normalization.predicts_latency
+    assert runs["joint"]["metrics"]["mape"] is not None
     assert "joint" not in scratch.meta
     CostModelPredictor.load(str(out / runs["joint"]["checkpoint"]))  # a model for the CPU
     assert "joint tau" in proc.stdout and "finetuned tau" not in proc.stdout
