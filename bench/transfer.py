@@ -45,6 +45,9 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
+import pandas as pd
+
 MODES = ("scratch", "finetuned", "joint")
 METRICS = ("kendall_tau", "top1_score", "mape")  # printed and summarised first
 PLOTTED = {"kendall_tau": "Kendall tau", "top1_score": "top-1 score"}
@@ -185,14 +188,23 @@ class HeldOut:
             raise UserError("runs hold out different workloads: the split is not the same")
         return self.frame[self.frame.workload_key.isin(self.keys)].reset_index(drop=True)
 
-    def score(self, checkpoint: str, keys: list[str]) -> dict:
-        """The overall metrics of `checkpoint` on the test records `keys`."""
+    def score(self, checkpoint: str, keys: list[str], count_ranked: bool = False) -> dict:
+        """The overall metrics of `checkpoint` on the test records `keys`; with
+        `count_ranked`, also `ranked_workloads`: on how many of the workloads its predictions
+        differ at all (Kendall tau skips the others: a model that scores most programs alike
+        has its tau from the few it ranks)."""
         from costmodel.predictor import CostModelPredictor
         from training.evaluate import score
 
         predictor = CostModelPredictor.load(checkpoint, cache_dir=self.cache_dir,
                                             device=self.device)
-        return score(predictor, self.records(keys))["overall"]
+        records = self.records(keys)
+        pred = predictor.predict_records(records)
+        metrics = score(predictor, records, pred)["overall"]
+        if count_ranked:
+            spread = pd.Series(pred).groupby(records.workload_key.to_numpy()).agg(np.ptp)
+            metrics["ranked_workloads"] = int((spread > 0).sum())
+        return metrics
 
 
 def check_no_leak(source_meta: dict, target: str, test_keys: list[str]) -> None:
@@ -217,8 +229,6 @@ def summarize(runs: list[dict], shares: list[float]) -> dict:
     defined (`n` of them; None if none: MAPE of a relative model, or Kendall tau of a model
     that predicts every held-out program alike)."""
     import math
-
-    import numpy as np
 
     curves = {}
     for mode in MODES:
@@ -266,7 +276,11 @@ def plot(summary: dict, path: str) -> None:
                         label=mode)
         source = summary["source"]["metrics"].get(metric)
         if source is not None and math.isfinite(source):
-            ax.axhline(source, color="gray", ls=":", label="source, no training")
+            label = "source, no training"
+            ranked = summary["source"]["metrics"].get("ranked_workloads")
+            if metric == "kendall_tau" and ranked is not None:
+                label += f" (ranks {ranked} of {summary['test_workloads']} workloads)"
+            ax.axhline(source, color="gray", ls=":", label=label)
         ax.set(xscale="log", xlim=(min(ticks) / 1.5, max(ticks) * 1.5),
                xlabel="training records (share of the training side)", ylabel=title,
                title=f"{title} on held-out workloads")
@@ -304,7 +318,9 @@ def format_table(summary: dict) -> str:
     lines.append("source (no training): " + ", ".join(
         f"{names[m]} {src[m]:.3f}" if src.get(m) is not None and math.isfinite(src[m])
         else f"{names[m]} n/a"
-        for m in METRICS))
+        for m in METRICS) + (f"; its predictions differ on {src['ranked_workloads']} of "
+                             f"{summary['test_workloads']} held-out workloads (tau is "
+                             "over those)" if "ranked_workloads" in src else ""))
     lines.append("(mean ± standard deviation over seeds; n/a: undefined in every seed, e.g. "
                  "tau of a model that predicts every held-out program alike)")
     return "\n".join(lines)
@@ -363,7 +379,7 @@ def bench(args) -> int:
                "normalize_per_workload": args.normalize_per_workload,
                **({"joint_dataset": args.joint_dataset, "joint_share": args.joint_share}
                   if "joint" in args.modes else {}),
-               "source": {"metrics": side.score(args.init_from, side.keys)},
+               "source": {"metrics": side.score(args.init_from, side.keys, count_ranked=True)},
                "curves": summarize(runs, args.shares), "runs": runs}
     write_json(os.path.join(args.out, "summary.json"), summary)
     plot(summary, os.path.join(args.out, "transfer.png"))

@@ -50,10 +50,13 @@ def _metrics(frame: pd.DataFrame, predicted: np.ndarray, latency: bool) -> dict:
                             for net in sorted(set().union(*networks))}}
 
 
-def score(predictor, test: pd.DataFrame) -> dict:
-    """The report's metrics of one `CostModelPredictor` on the records `test`: overall, per
-    family and per network; MAPE is None if it predicts no latency."""
-    return _metrics(test, predictor.predict_records(test), latency=predictor.predicts_latency)
+def score(predictor, test: pd.DataFrame, predictions: np.ndarray | None = None) -> dict:
+    """The report's metrics of one `CostModelPredictor` on the records `test` (its
+    `predictions` of them, if already made): overall, per family and per network; MAPE is
+    None if it predicts no latency."""
+    if predictions is None:
+        predictions = predictor.predict_records(test)
+    return _metrics(test, predictions, latency=predictor.predicts_latency)
 
 
 def _spread(runs: list[dict]) -> tuple[dict, dict]:

@@ -331,6 +331,9 @@ def test_the_transfer_bench_writes_its_curve_and_resumes(tiny_checkpoint, tiny_d
     scratch = checkpoint.read(str(out / runs["scratch", 0.5]["checkpoint"]))["costmodel"]
     assert fine["init_from"]["path"] == tiny_checkpoint and "init_from" not in scratch
     assert summary["source"]["metrics"]["top1_score"] is not None
+    # how many held-out workloads the source tells apart at all: its tau is over those
+    assert 0 <= summary["source"]["metrics"]["ranked_workloads"] <= summary["test_workloads"]
+    assert "held-out workloads (tau is over those)" in proc.stdout
     assert (out / "transfer.png").stat().st_size > 1000
     assert "finetuned tau" in proc.stdout and "source (no training)" in proc.stdout
     stamps = {p: os.path.getmtime(p) for p in glob.glob(str(out / "runs" / "*" / "*" / "*"))}
