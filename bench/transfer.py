@@ -29,7 +29,7 @@ checkpoint and result.json; finished runs are read back, so an interrupted bench
         [--accelerator gpu]
     python bench/transfer.py --dataset data/cuda-h100 --init-from checkpoints/graphsage.ckpt \\
         --split shapes --modes scratch joint --joint-dataset data/llvm-networks \\
-        --joint-share 0.25 --normalize-per-workload
+        --joint-share 0.25 --shares 0.1 0.5 1.0
     python bench/transfer.py --dataset data/llvm-full \\
         --init-from checkpoints/graphsage-family-depthwise.ckpt --split family \\
         --test-families depthwise_conv2d --shares 0.05 1.0 --seeds 0 --max-epochs 2
@@ -90,11 +90,11 @@ def run_config(args, architecture: dict, mode: str, share: float, seed: int,
 def settings(args) -> dict:
     """What a finished run must share with this invocation to be read back."""
     wanted = {"dataset": portable(args.dataset), "init_from": portable(args.init_from),
-            "split": args.split, "test_fraction": args.test_fraction,
-            "test_families": args.test_families, "test_networks": args.test_networks,
-            "val_fraction": args.val_fraction, "split_seed": args.split_seed,
-            "max_epochs": args.max_epochs, "finetune_lr": args.finetune_lr,
-            "config": portable(args.config)}
+              "split": args.split, "test_fraction": args.test_fraction,
+              "test_families": args.test_families, "test_networks": args.test_networks,
+              "val_fraction": args.val_fraction, "split_seed": args.split_seed,
+              "max_epochs": args.max_epochs, "finetune_lr": args.finetune_lr,
+              "config": portable(args.config)}
     # only when set, so results made before these options read back
     if args.normalize_per_workload:
         wanted["normalize_per_workload"] = True
