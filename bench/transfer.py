@@ -8,7 +8,9 @@ architecture of --init-from), one per mode (--modes): "scratch", from random wei
 standardisation, target statistics of the share); "joint", from random weights on the share
 plus --joint-share of --joint-dataset's records (by default the dataset --init-from was
 trained on), one model learning both targets at once (MTL-TLP's recipe,
-`--data.joint_dataset`: each target's latencies standardised with its own statistics). With
+`--data.joint_dataset`: each target's latencies standardised with its own statistics);
+"joint_heads", the same with a head of its own for the other dataset's records on the shared
+layers (`--model.joint_head`, MTL-TLP's multi-task heads). With
 --normalize-per-workload every mode's labels are standardised within each workload (MAPE is
 then undefined). The share is a seeded draw within each workload that keeps at least
 2 records of each (`--data.train_share`, `--data.share_seed` = the seed); the split (seeded by
@@ -48,7 +50,8 @@ import sys
 import numpy as np
 import pandas as pd
 
-MODES = ("scratch", "finetuned", "joint")
+MODES = ("scratch", "finetuned", "joint", "joint_heads")
+JOINT_MODES = ("joint", "joint_heads")  # the modes that train beside --joint-dataset
 METRICS = ("kendall_tau", "top1_score", "mape")  # printed and summarised first
 PLOTTED = {"kendall_tau": "Kendall tau", "top1_score": "top-1 score"}
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs",
@@ -74,8 +77,10 @@ def run_config(args, architecture: dict, mode: str, share: float, seed: int,
             "seed": args.split_seed, "train_share": share, "share_seed": seed,
             "cache_dir": args.cache_dir,
             "normalize_per_workload": args.normalize_per_workload}
-    if mode == "joint":
+    if mode in JOINT_MODES:
         data.update(joint_dataset=args.joint_dataset, joint_share=args.joint_share)
+    if mode == "joint_heads":
+        model["joint_head"] = True
     checkpoint = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                   "init_args": {"dirpath": os.path.join(work, "checkpoints"), "filename": "best",
                                 "monitor": "val/kendall_tau", "mode": "max", "save_top_k": 1}}
@@ -98,7 +103,7 @@ def settings(args) -> dict:
     # only when set, so results made before these options read back
     if args.normalize_per_workload:
         wanted["normalize_per_workload"] = True
-    if "joint" in args.modes:
+    if set(JOINT_MODES) & set(args.modes):
         wanted.update(joint_dataset=portable(args.joint_dataset), joint_share=args.joint_share)
     return wanted
 
@@ -378,7 +383,7 @@ def bench(args) -> int:
                "seeds": args.seeds, "max_epochs": args.max_epochs, "modes": args.modes,
                "normalize_per_workload": args.normalize_per_workload,
                **({"joint_dataset": args.joint_dataset, "joint_share": args.joint_share}
-                  if "joint" in args.modes else {}),
+                  if set(JOINT_MODES) & set(args.modes) else {}),
                "source": {"metrics": side.score(args.init_from, side.keys, count_ranked=True)},
                "curves": summarize(runs, args.shares), "runs": runs}
     write_json(os.path.join(args.out, "summary.json"), summary)
@@ -413,10 +418,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", nargs="+", choices=MODES, default=["scratch", "finetuned"],
                         help="which models to train per share and seed")
     parser.add_argument("--joint-dataset",
-                        help="joint mode: the other dataset that trains beside the share "
+                        help="joint modes: the other dataset that trains beside the share "
                              "(default: the one --init-from was trained on)")
     parser.add_argument("--joint-share", type=float, default=0.25,
-                        help="joint mode: the share of --joint-dataset's records it trains on")
+                        help="joint modes: the share of --joint-dataset's records they train on")
     parser.add_argument("--normalize-per-workload", action="store_true",
                         help="labels standardised within each workload, in every mode")
     parser.add_argument("--accelerator", choices=["cpu", "gpu"], default="cpu",

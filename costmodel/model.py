@@ -43,7 +43,10 @@ class GraphSAGECostModel(nn.Module):
     `num_trace_features`, a third view: the schedule's trace as tokens (TLP's input, one per
     primitive with its decisions; `costmodel.trace_features`), each token its kind's embedding
     plus a projection of its numbers plus its position's embedding, through `trace_layers`
-    self-attention layers, then mean and max pooled.
+    self-attention layers, then mean and max pooled. With `num_heads` above 1 the graphs
+    share every layer up to the readout and each has one of `num_heads` heads (MTL-TLP's
+    multi-task recipe: one head per target when two targets' records train together); head
+    0 is the model's own, the one every prediction uses unless a graph names another.
 
     Args:
         num_node_kinds: size of the node-kind vocabulary.
@@ -58,23 +61,28 @@ class GraphSAGECostModel(nn.Module):
         num_trace_features: numbers per trace token (0: no trace view).
         num_trace_kinds: size of the trace tokens' kind vocabulary.
         trace_layers: self-attention layers over the trace.
+        num_heads: heads beside one another on the shared readout (1: one head).
 
     Shapes:
         - **input:** node kinds :math:`(|V|)`, node features :math:`(|V|, F)`, edge index
           :math:`(2, |E|)`, edge types :math:`(|E|)`, batch vector :math:`(|V|)`, program
           features :math:`(B, P)`, store rows :math:`(S, F_s)` and the number of rows of each
           graph :math:`(B)`, trace token kinds :math:`(T)`, token features :math:`(T, F_t)` and
-          the number of tokens of each graph :math:`(B)`
+          the number of tokens of each graph :math:`(B)`, and each graph's head :math:`(B)`
+          (None: head 0)
         - **output:** :math:`(B)`, one prediction per graph
     """
 
     def __init__(self, num_node_kinds: int, num_node_features: int, num_edge_types: int,
                  num_program_features: int = 0, hidden: int = 128, num_layers: int = 3,
                  dropout: float = 0.1, readout: str = "mean_max", num_store_features: int = 0,
-                 num_trace_features: int = 0, num_trace_kinds: int = 0, trace_layers: int = 1):
+                 num_trace_features: int = 0, num_trace_kinds: int = 0, trace_layers: int = 1,
+                 num_heads: int = 1):
         super().__init__()
         if readout not in READOUTS:
             raise ValueError(f"unknown readout {readout!r}; choose one of {', '.join(READOUTS)}")
+        if num_heads < 1:
+            raise ValueError(f"num_heads must be at least 1, not {num_heads}")
         self.architecture = {
             "name": "graphsage", "num_node_kinds": num_node_kinds,
             "num_node_features": num_node_features, "num_edge_types": num_edge_types,
@@ -87,6 +95,8 @@ class GraphSAGECostModel(nn.Module):
         if num_trace_features:
             self.architecture.update(num_trace_features=num_trace_features,
                                      num_trace_kinds=num_trace_kinds, trace_layers=trace_layers)
+        if num_heads > 1:
+            self.architecture["num_heads"] = num_heads
         self.num_edge_types = num_edge_types
         self.kind_embedding = nn.Embedding(num_node_kinds, hidden)
         self.feature_proj = nn.Linear(num_node_features, hidden)
@@ -110,9 +120,14 @@ class GraphSAGECostModel(nn.Module):
         readout = (3 if self.pool is not None else 2) * hidden \
             + (hidden if num_program_features else 0) + (hidden if num_store_features else 0) \
             + (2 * hidden if num_trace_features else 0)
-        self.head = nn.Sequential(nn.Linear(readout, hidden), nn.ReLU(), nn.Dropout(dropout),
-                                  nn.Linear(hidden, hidden // 2), nn.ReLU(),
-                                  nn.Linear(hidden // 2, 1))
+
+        def head() -> nn.Module:
+            return nn.Sequential(nn.Linear(readout, hidden), nn.ReLU(), nn.Dropout(dropout),
+                                 nn.Linear(hidden, hidden // 2), nn.ReLU(),
+                                 nn.Linear(hidden // 2, 1))
+
+        self.head = head()  # head 0 (its own name, so one-head checkpoints read as before)
+        self.extra_heads = nn.ModuleList(head() for _ in range(num_heads - 1))
 
     def embed(self, node_kind: torch.Tensor, x: torch.Tensor, edge_index: torch.Tensor,
               edge_type: torch.Tensor, batch: torch.Tensor,
@@ -152,11 +167,15 @@ class GraphSAGECostModel(nn.Module):
                 edge_type: torch.Tensor, batch: torch.Tensor,
                 program: torch.Tensor | None = None, store_x: torch.Tensor | None = None,
                 store_count: torch.Tensor | None = None, trace_kind: torch.Tensor | None = None,
-                trace_x: torch.Tensor | None = None,
-                trace_count: torch.Tensor | None = None) -> torch.Tensor:
-        return self.head(self.embed(node_kind, x, edge_index, edge_type, batch, program,
-                                    store_x, store_count, trace_kind, trace_x,
-                                    trace_count)).squeeze(-1)
+                trace_x: torch.Tensor | None = None, trace_count: torch.Tensor | None = None,
+                head: torch.Tensor | None = None) -> torch.Tensor:
+        emb = self.embed(node_kind, x, edge_index, edge_type, batch, program, store_x,
+                         store_count, trace_kind, trace_x, trace_count)
+        out = self.head(emb).squeeze(-1)
+        if head is not None:
+            for i, extra in enumerate(self.extra_heads, start=1):
+                out = torch.where(head == i, extra(emb).squeeze(-1), out)
+        return out
 
 
 class TraceEncoder(nn.Module):
@@ -195,7 +214,8 @@ class TraceEncoder(nn.Module):
 def batch_inputs(model: nn.Module, batch) -> tuple:
     """The inputs of `model` (its `forward` and `embed`) from a batch of
     `Normalization.data` graphs: program and store features only if its architecture reads
-    them, likewise the trace's tokens."""
+    them, likewise the trace's tokens. Each graph's head is not among them (`forward`'s
+    `head`, default head 0: the model's own)."""
     arch = model.architecture
     stores, traces = bool(arch.get("num_store_features")), bool(arch.get("num_trace_features"))
     return (batch.node_kind, batch.x, batch.edge_index, batch.edge_type, batch.batch,

@@ -383,12 +383,15 @@ class ScheduleDataModule(L.LightningDataModule):
         frame = self.frames[side]
         ids = {k: i for i, k in enumerate(sorted(frame.workload_key.unique()))}
         ys = self.normalization.targets(frame.graph, frame.latency_median, frame.workload_key)
+        joint = frame.workload_key.str.startswith(JOINT_PREFIX).to_numpy()
         if side == "train" and self.joint_normalization is not None:
-            joint = frame.workload_key.str.startswith(JOINT_PREFIX).to_numpy()
             ys[joint] = self.joint_normalization.targets(
                 frame.graph[joint], frame.latency_median[joint], frame.workload_key[joint])
         data = [self.normalization.data(g, y=y, group=ids[k])
                 for g, y, k in zip(frame.graph, ys, frame.workload_key)]
+        if self.joint is not None:  # which head each record trains (a model's `joint_head`)
+            for d, theirs in zip(data, joint):
+                d.head = torch.tensor([int(theirs)])
         groups = [np.flatnonzero(frame.workload_key.to_numpy() == k) for k in ids]
         return data, groups
 

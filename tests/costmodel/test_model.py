@@ -118,6 +118,32 @@ def test_trace_tokens_are_a_third_view_of_each_program():
     assert all(p.grad is not None for p in model.trace.parameters())
 
 
+def test_each_graph_takes_its_own_head():
+    """With two heads the graphs share every layer and each is read by the head it names; no
+    head named is head 0, which a one-head model's weights fill as they always did."""
+    torch.manual_seed(0)
+    model = GraphSAGECostModel(3, 3, 2, hidden=8, num_heads=2).eval()
+    assert model.architecture["num_heads"] == 2
+    assert "num_heads" not in GraphSAGECostModel(3, 3, 2).architecture  # one head: as before
+    emb = model.embed(*_tiny_batch())
+    own, theirs = model.head(emb).squeeze(-1), model.extra_heads[0](emb).squeeze(-1)
+    assert not torch.allclose(own, theirs)
+    assert torch.equal(model(*_tiny_batch()), own)
+    assert torch.equal(model(*_tiny_batch(), head=torch.tensor([0, 0])), own)
+    mixed = model(*_tiny_batch(), head=torch.tensor([1, 0]))
+    assert mixed[0] == theirs[0] and mixed[1] == own[1]
+    # a graph of the other head trains that head and the shared layers, not head 0
+    model(*_tiny_batch(), head=torch.tensor([1, 1])).sum().backward()
+    assert all(p.grad is None or not p.grad.any() for p in model.head.parameters())
+    assert all(p.grad is not None and p.grad.any() for p in model.extra_heads.parameters())
+    assert model.kind_embedding.weight.grad.any()
+    one = GraphSAGECostModel(3, 3, 2, hidden=8)
+    model.load_state_dict(one.state_dict(), strict=False)  # head 0 is a one-head model's head
+    assert torch.equal(model(*_tiny_batch()), one.eval()(*_tiny_batch()))
+    with pytest.raises(ValueError, match="num_heads must be at least 1, not 0"):
+        GraphSAGECostModel(3, 3, 2, num_heads=0)
+
+
 def test_an_unknown_readout_is_refused():
     with pytest.raises(ValueError, match="unknown readout 'sum'"):
         GraphSAGECostModel(3, 3, 2, readout="sum")

@@ -300,6 +300,10 @@ def test_init_from_errors_through_the_cli(tiny_checkpoint, tiny_dataset, tmp_pat
     proc = train_tiny("--data.dataset", tiny_dataset, "--data.train_share", "0",
                       "--trainer.fast_dev_run", "true", cwd=tmp_path)
     assert_clean_error(proc, "train_share must be in (0, 1], not 0.0", prog="train")
+    proc = train_tiny("--data.dataset", tiny_dataset, "--model.joint_head", "true",
+                      "--trainer.fast_dev_run", "true", cwd=tmp_path)
+    assert_clean_error(proc, "joint_head gives another dataset's records a head of their own: "
+                             "set data.joint_dataset too", prog="train")
 
 
 @pytest.mark.slow
@@ -387,6 +391,10 @@ def test_a_joint_dataset_trains_beside_the_training_side_only(tiny_dataset, tmp_
     for rows in (is_joint, ~is_joint):
         assert y[rows].mean() == pytest.approx(0.0, abs=1e-4)
         assert y[rows].std() == pytest.approx(1.0, abs=1e-4)
+    # each record names its head: the other dataset's its own (a model's `joint_head`)
+    heads = np.concatenate([d.head.numpy() for d in data._dataset("train")[0]])
+    np.testing.assert_array_equal(heads, is_joint.astype(int))
+    assert not any(d.head for d in data._dataset("val")[0])
     gpu_y = np.log(joint.latency_median.to_numpy(float))
     assert data.joint_normalization.y_mean == pytest.approx(gpu_y.mean())
     assert abs(data.joint_normalization.y_mean - data.normalization.y_mean) > 1  # apart
@@ -412,22 +420,23 @@ def test_a_joint_dataset_of_the_same_target_may_not_hold_held_out_workloads(tiny
 
 @pytest.mark.slow
 def test_the_transfer_bench_trains_jointly(tiny_checkpoint, tiny_dataset, tmp_path):
-    """--modes scratch joint: the joint run trains on the share and on the other dataset's
-    records, its checkpoint is for the share's target, predicts its latencies and says so."""
+    """--modes scratch joint joint_heads: the joint runs train on the share and on the other
+    dataset's records, their checkpoints are for the share's target, predict its latencies and
+    say so; with joint_heads the other records trained a head of their own."""
     from costmodel.predictor import CostModelPredictor
 
     out = tmp_path / "transfer"
     args = [sys.executable, BENCH, "--dataset", tiny_dataset, "--init-from", tiny_checkpoint,
             "--split", "family", "--test-families", "softmax", "--val-fraction", "0.5",
             "--shares", "1.0", "--seeds", "0", "--max-epochs", "1", "--modes", "scratch",
-            "joint", "--joint-dataset", GPU_DATASET, "--joint-share", "0.05",
+            "joint", "joint_heads", "--joint-dataset", GPU_DATASET, "--joint-share", "0.05",
             "--out", str(out), "--cache-dir", str(tmp_path / "c")]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC,
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
-    assert set(summary["curves"]) == {"scratch", "joint"} and summary["modes"] == ["scratch",
-                                                                                  "joint"]
+    assert summary["modes"] == ["scratch", "joint", "joint_heads"]
+    assert set(summary["curves"]) == set(summary["modes"])
     assert not summary["normalize_per_workload"] and summary["joint_share"] == 0.05
     runs = {r["mode"]: r for r in summary["runs"]}
     assert runs["joint"]["train_records"] == runs["scratch"]["train_records"]
@@ -442,6 +451,14 @@ def test_the_transfer_bench_trains_jointly(tiny_checkpoint, tiny_dataset, tmp_pa
     assert "joint" not in scratch.meta
     CostModelPredictor.load(str(out / runs["joint"]["checkpoint"]))  # a model for the CPU
     assert "joint tau" in proc.stdout and "finetuned tau" not in proc.stdout
+    heads = checkpoint.load(str(out / runs["joint_heads"]["checkpoint"]))
+    assert heads.model.architecture["num_heads"] == 2 and "num_heads" not in \
+        joint.model.architecture
+    assert heads.meta["joint"] == joint.meta["joint"]  # the same records beside it
+    assert heads.model.architecture == {**joint.model.architecture, "num_heads": 2}
+    assert runs["joint_heads"]["metrics"]["mape"] is not None
+    assert not torch.equal(heads.model.head[0].weight, heads.model.extra_heads[0][0].weight)
+    CostModelPredictor.load(str(out / runs["joint_heads"]["checkpoint"]))  # head 0 predicts
     bad = subprocess.run(args[:-4] + ["--joint-share", "2"] + args[-4:], capture_output=True,
                          text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
     assert_clean_error(bad, "--joint-share must be in (0, 1], not 2.0", prog="transfer")
