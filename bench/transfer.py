@@ -270,7 +270,7 @@ def plot(summary: dict, path: str) -> None:
     ticks = {}  # training records -> the shares that left them
     for share in sorted(records, key=float):
         ticks.setdefault(records[share], []).append(float(share))
-    fig, axes = plt.subplots(1, len(PLOTTED), figsize=(10, 4))
+    fig, axes = plt.subplots(1, len(PLOTTED), figsize=(10, 4.6))
     for ax, (metric, title) in zip(axes, PLOTTED.items()):
         for mode, rows in summary["curves"].items():
             shares = sorted(rows, key=float)
@@ -293,8 +293,9 @@ def plot(summary: dict, path: str) -> None:
                                     for n, shares in ticks.items()])
         ax.minorticks_off()
         ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()  # one legend, below, clear of points
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
