@@ -239,9 +239,10 @@ class ScheduleDataModule(L.LightningDataModule):
             workloads stay apart from the dataset's own (keys prefixed `JOINT_PREFIX`) even
             where they are the same programs, and it is featurised for its own target. Its
             latencies are standardised with their own statistics (two targets' latencies
-            share no scale; per workload if `normalize_per_workload`). The checkpoint is for
-            the dataset's target, with its target statistics, and records what trained
-            beside it (`joint`).
+            share no scale; per workload if `normalize_per_workload`). Every record then names
+            the head it trains (`head`: 1 for these, 0 for the dataset's own), which a model
+            with `joint_head` reads. The checkpoint is for the dataset's target, with its
+            target statistics, and records what trained beside it (`joint`).
         joint_share: train on this share of `joint_dataset`'s records (`share_of_records`,
             seeded by `seed`), to bound training time.
     """
