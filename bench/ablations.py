@@ -66,7 +66,8 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from transfer import portable, read_result, write_json  # noqa: E402  (a sibling script)
+from transfer import (portable, read_result, trainer_settings,  # noqa: E402  (a sibling script)
+                      write_json)
 
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs",
                       "graphsage-networks.yaml")
@@ -131,17 +132,9 @@ def base_config(path: str) -> dict:
 def run_config(args, variant: str, seed: int, work: str) -> dict:
     """The settings `train fit` reads after the base config for one run."""
     _, model, data = VARIANTS[variant]
-    checkpoint = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                  "init_args": {"dirpath": os.path.join(work, "checkpoints"), "filename": "best",
-                                "monitor": "val/kendall_tau", "mode": "max", "save_top_k": 1}}
-    logger = {"class_path": "lightning.pytorch.loggers.CSVLogger",
-              "init_args": {"save_dir": work, "name": "logs"}}
-    trainer = {"accelerator": args.accelerator, "devices": 1, "max_epochs": args.max_epochs,
-               "default_root_dir": work, "callbacks": [checkpoint], "logger": logger,
-               "enable_progress_bar": False}
     dataset = {"dataset": args.dataset} if args.dataset else {}
-    return {"seed_everything": seed, "trainer": trainer, "model": dict(model),
-            "data": {"cache_dir": args.cache_dir, **dataset, **data}}
+    return {"seed_everything": seed, "trainer": trainer_settings(args, work),
+            "model": dict(model), "data": {"cache_dir": args.cache_dir, **dataset, **data}}
 
 
 def settings(args, variant: str) -> dict:

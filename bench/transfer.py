@@ -58,6 +58,19 @@ CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs
                       "graphsage.yaml")
 
 
+def trainer_settings(args, work: str) -> dict:
+    """The trainer of one benchmark run in folder `work`: --accelerator, --max-epochs, its
+    checkpoint of best validation Kendall tau as `work`/checkpoints/best.ckpt, a CSV log."""
+    checkpoint = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                  "init_args": {"dirpath": os.path.join(work, "checkpoints"), "filename": "best",
+                                "monitor": "val/kendall_tau", "mode": "max", "save_top_k": 1}}
+    logger = {"class_path": "lightning.pytorch.loggers.CSVLogger",
+              "init_args": {"save_dir": work, "name": "logs"}}
+    return {"accelerator": args.accelerator, "devices": 1, "max_epochs": args.max_epochs,
+            "default_root_dir": work, "callbacks": [checkpoint], "logger": logger,
+            "enable_progress_bar": False}
+
+
 def run_config(args, architecture: dict, mode: str, share: float, seed: int,
                work: str) -> dict:
     """The settings `train fit` reads after the base config (--config) for one run."""
@@ -81,15 +94,8 @@ def run_config(args, architecture: dict, mode: str, share: float, seed: int,
         data.update(joint_dataset=args.joint_dataset, joint_share=args.joint_share)
     if mode == "joint_heads":
         model["joint_head"] = True
-    checkpoint = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                  "init_args": {"dirpath": os.path.join(work, "checkpoints"), "filename": "best",
-                                "monitor": "val/kendall_tau", "mode": "max", "save_top_k": 1}}
-    logger = {"class_path": "lightning.pytorch.loggers.CSVLogger",
-              "init_args": {"save_dir": work, "name": "logs"}}
-    trainer = {"accelerator": args.accelerator, "devices": 1, "max_epochs": args.max_epochs,
-               "default_root_dir": work, "callbacks": [checkpoint], "logger": logger,
-               "enable_progress_bar": False}
-    return {"seed_everything": seed, "trainer": trainer, "model": model, "data": data}
+    return {"seed_everything": seed, "trainer": trainer_settings(args, work), "model": model,
+            "data": data}
 
 
 def settings(args) -> dict:
