@@ -23,7 +23,6 @@ after ingesting this one, so its evolved candidates come from what was measured.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import os
@@ -33,8 +32,8 @@ import uuid
 from datagen import records
 from datagen.batch_measure import (ARTIFACTS, MANIFEST, RESULTS, BatchError, read_manifest,
                                    read_results)
-from datagen.collect import (CollectConfig, WorkloadState, candidate_row, draw_round,
-                             load_state, measurement_columns)
+from datagen.collect import (CollectConfig, candidate_row, draw_rounds, load_state,
+                             measurement_columns)
 from datagen.errors import UserError
 from datagen.measure import (BUILD_ERROR, BUILD_TIMEOUT, DEFAULT_PROTOCOL, OK, STATUSES,
                              MeasureResult)
@@ -44,7 +43,6 @@ PENDING = "pending.parquet"
 PENDING_STATUS = "pending"
 FORMAT_VERSION = 1
 BUILD_CHUNK = 64  # candidates per builder call, for the progress bar
-PARALLEL_DRAW_MIN_WORKLOADS = 8  # fewer are drawn in this process (see `draw_rounds`)
 
 
 def _device_type(target) -> str:
@@ -128,69 +126,6 @@ def pack(cfg: CollectConfig, out: str, progress: bool = True) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
     return {"batch": batch_id, "candidates": len(candidates),
             "build_failed": len(rows) - len(candidates), "bytes": size}
-
-
-def _draw_elsewhere(job: tuple) -> list[tuple]:
-    """One workload's next round, drawn in a worker process: the candidates as
-    (scheduled module as JSON, trace JSON, trace hash, origin, parent hash, mutator)."""
-    import tvm
-
-    from datagen.sampler import ScheduleSampler
-    from datagen.tvm_env import make_target
-
-    definition, target_text, cfg, key, st, n = job
-    sampler = ScheduleSampler(tvm.ir.load_json(definition), make_target(json.loads(target_text)))
-    return [(tvm.ir.save_json(c.mod), c.trace_json, c.trace_hash, c.origin, c.parent_hash,
-             c.mutator) for c in draw_round(sampler, cfg, key, st, n)]
-
-
-def draw_rounds(cfg: CollectConfig, states: dict[str, WorkloadState],
-                progress: bool = True) -> list[tuple]:
-    """The next round of every unfinished workload, in workload order: (workload, definition,
-    candidate, round) for each candidate.
-
-    Workloads are drawn in `cfg.draw_workers` processes, each round exactly as `draw_round`
-    draws it here. By default that is the cores, or this process alone for fewer than
-    `PARALLEL_DRAW_MIN_WORKLOADS` workloads: a new process first imports TVM and the target's
-    tensor intrinsics (15-20 s for CUDA), while one workload's round of 16 CUDA candidates
-    draws in about 3 s (measured on 2 cores: 18 workloads in 54 s here, 44 s in 2 processes).
-    """
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    import tvm
-    from tqdm import tqdm
-
-    from datagen.sampler import Candidate, ScheduleSampler
-
-    jobs = []  # (workload, its state, candidates to draw)
-    for w in cfg.workloads:
-        st = states.get(w.key, WorkloadState())
-        if st.count < cfg.per_workload:
-            jobs.append((w, st, min(cfg.batch_size, cfg.per_workload - st.count)))
-    workers = cfg.draw_workers or (len(os.sched_getaffinity(0))
-                                   if len(jobs) >= PARALLEL_DRAW_MIN_WORKLOADS else 1)
-    workers = min(workers, len(jobs))
-    bar = tqdm(total=len(jobs), desc="draw", unit="wl", disable=not progress)
-    rounds = []
-    if workers < 2:
-        for w, st, n in jobs:
-            rounds.append(draw_round(ScheduleSampler(w.mod, cfg.target), cfg, w.key, st, n))
-            bar.update()
-    else:
-        slim = dataclasses.replace(cfg, workloads=[], target=None, tracker=None)
-        target_text = target_json(cfg.target)
-        # spawn: a forked copy of a process that runs TVM's thread pools can deadlock
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(_draw_elsewhere, (w.definition(), target_text, slim, w.key,
-                                                     st, n)) for w, st, n in jobs]
-            for future in futures:
-                rounds.append([Candidate(tvm.ir.load_json(mod), *rest)
-                               for mod, *rest in future.result()])
-                bar.update()
-    bar.close()
-    return [(w, w.definition(), c, st.rounds) for (w, st, _), cands in zip(jobs, rounds)
-            for c in cands]
 
 
 def _write_pending(path: str, rows: list[dict]) -> None:

@@ -35,7 +35,7 @@ def _config(args, dataset: str, tracker=None, threads: int | None = None,
 
     if args.per_workload < 1 or args.batch_size < 1:
         raise UserError("--per-workload and --batch-size must be at least 1")
-    if getattr(args, "draw_workers", None) is not None and args.draw_workers < 1:
+    if args.draw_workers is not None and args.draw_workers < 1:
         raise UserError("--draw-workers must be at least 1")
     target = make_target(args.target, threads)
     torch_model = getattr(args, "torch_model", None)
@@ -51,7 +51,8 @@ def _config(args, dataset: str, tracker=None, threads: int | None = None,
         protocol=protocol, tracker=tracker, num_threads=threads,
         build_workers=args.build_workers, build_timeout=args.build_timeout,
         run_timeout=run_timeout, retry_cv=args.retry_cv if args.retry_cv > 0 else None,
-        draw_workers=getattr(args, "draw_workers", None))
+        draw_workers=args.draw_workers,
+        overlap={"on": True, "off": False}.get(getattr(args, "overlap", "auto")))
 
 
 def _collect(args) -> int:
@@ -70,8 +71,9 @@ def _collect(args) -> int:
           f"to {args.out}")
     if summary.committed:
         wall = max(summary.wall, 1e-9)
+        beside = " (drawing and building beside running)" if summary.overlapped else ""
         print(f"wall {summary.wall:.1f} s: building {100 * summary.build_wall / wall:.0f}%, "
-              f"running {100 * summary.run_wall / wall:.0f}%, "
+              f"running {100 * summary.run_wall / wall:.0f}%{beside}, "
               f"{60 * summary.committed / wall:.1f} candidates/min")
     for key in summary.exhausted:
         print(f"note: {key}: no unseen schedule left in its design space")
@@ -203,6 +205,8 @@ def _draw_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--build-workers", type=int, help="builder processes (default: cores)")
     p.add_argument("--build-timeout", type=float, default=DEFAULT_BUILD_TIMEOUT_SEC,
                    help="seconds per build")
+    p.add_argument("--draw-workers", type=int, help="processes drawing the workloads' rounds "
+                   "(default: pack, the cores; collect with overlap, every core but one)")
     p.add_argument("--retry-cv", type=float, default=DEFAULT_RETRY_CV,
                    help="measure a candidate again at the end of its round when its repeats "
                    "spread more than this (std/mean; both measurements are kept; 0: never)")
@@ -225,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds per measurement")
     p.add_argument("--tracker", metavar="HOST:PORT", help="measure through this RPC tracker")
     p.add_argument("--key", help="device key to request from the tracker")
+    p.add_argument("--overlap", choices=["auto", "on", "off"], default="auto",
+                   help="draw and build the next rounds while the device measures these (auto: "
+                   "on unless the device is this host's CPU, whose cores are being timed)")
     p.set_defaults(func=_collect)
 
     p = sub.add_parser("pack", help="draw and build the next round here, to be measured on "
@@ -233,8 +240,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True, help="the dataset to draw from and, later, "
                    "to ingest into")
     p.add_argument("--out", required=True, help="the new batch folder")
-    p.add_argument("--draw-workers", type=int, help="processes drawing the workloads' rounds "
-                   "(default: cores)")
     p.set_defaults(func=_pack)
 
     p = sub.add_parser("ingest", help="add a measured batch's records to its dataset "

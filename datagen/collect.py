@@ -5,6 +5,14 @@ rounds are random design-space samples; later rounds evolve `evolve_fraction` of
 from the `top_k` fastest schedules measured so far and fill the rest at random. A round's
 seeds derive from (seed, workload, round), and a round is committed as one shard, so a run
 that is killed and started again replays exactly the rounds it had not committed.
+
+Where the programs run on a device that is not this host's CPU (a GPU here, or any device
+behind an RPC tracker), the collection overlaps (`overlap`): while the device measures one
+wave of rounds (one round of each of up to `draw_workers` workloads), the next wave is drawn
+in worker processes and built on this host's other cores. A round's candidates depend only
+on its own workload's committed rounds, so the records are the same as one round at a time.
+On this host's CPU, drawing and building would take the cores being timed: one round at a
+time there.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import os
 import sys
 import time
 
@@ -30,6 +39,7 @@ DEFAULT_EVOLVE_FRACTION = 0.5
 DEFAULT_RETRY_CV = 0.10
 STATE_COLUMNS = ["workload_key", "target", "trace_hash", "status", "latency_median", "trace",
                  "round"]
+PARALLEL_DRAW_MIN_WORKLOADS = 8  # fewer are drawn in this process (see `draw_rounds`)
 
 
 @dataclasses.dataclass
@@ -50,8 +60,13 @@ class CollectConfig:
         tracker: measure through this RPC tracker.
         retry_cv: re-measure, at the end of its round, a candidate whose repeats spread more
             than this (coefficient of variation); both measurements are kept. None: never.
-        num_threads, build_workers, build_timeout, run_timeout: see `Measurer`.
-        draw_workers: processes that draw the rounds of a packed batch (default: the cores).
+        num_threads, build_workers, build_timeout, run_timeout: see `Measurer` (with
+            `overlap`, build_workers defaults to every core but one: that one measures).
+        draw_workers: processes that draw rounds: those of a packed batch (default: the
+            cores), and with `overlap` each wave's (default: every core but one); a wave is
+            one round of each of up to this many workloads.
+        overlap: draw and build the next wave while the device measures this one. None: when
+            the device is not this host's CPU (a GPU, or a tracker's device).
     """
 
     out: str
@@ -71,6 +86,13 @@ class CollectConfig:
     run_timeout: float = DEFAULT_RUN_TIMEOUT_SEC
     retry_cv: float | None = DEFAULT_RETRY_CV
     draw_workers: int | None = None
+    overlap: bool | None = None
+
+    def overlapped(self) -> bool:
+        """Whether `collect` overlaps drawing and building with measuring (see `overlap`)."""
+        if self.overlap is not None:
+            return self.overlap
+        return self.tracker is not None or self.target.kind.name != "llvm"
 
 
 @dataclasses.dataclass
@@ -97,6 +119,7 @@ class CollectSummary:
     wall: float = 0.0
     build_wall: float = 0.0
     run_wall: float = 0.0
+    overlapped: bool = False  # building (and drawing) ran beside measuring
 
 
 def load_state(out: str, target_text: str) -> dict[str, WorkloadState]:
@@ -171,20 +194,237 @@ def next_workload(pending: list[Workload], states: dict[str, WorkloadState],
     return min(pending, key=lambda w: (states[w.key].count, order[w.key]))
 
 
+def next_wave(pending: list[Workload], states: dict[str, WorkloadState],
+              order: dict[str, int], size: int, busy: set[str]) -> list[Workload]:
+    """Breadth first, as `next_workload`: the `size` pending workloads with the fewest
+    committed candidates, leaving out those whose round is still in flight (`busy`)."""
+    free = [w for w in pending if w.key not in busy]
+    return sorted(free, key=lambda w: (states[w.key].count, order[w.key]))[:size]
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def _draw_elsewhere(job: tuple) -> list[tuple]:
+    """One workload's next round, drawn in a worker process: the candidates as
+    (scheduled module as JSON, trace JSON, trace hash, origin, parent hash, mutator)."""
+    import tvm
+
+    from datagen.tvm_env import make_target
+
+    definition, target_text, cfg, key, st, n = job
+    sampler = ScheduleSampler(tvm.ir.load_json(definition), make_target(json.loads(target_text)))
+    return [(tvm.ir.save_json(c.mod), c.trace_json, c.trace_hash, c.origin, c.parent_hash,
+             c.mutator) for c in draw_round(sampler, cfg, key, st, n)]
+
+
+class RoundDrawer:
+    """Draws workloads' next rounds, each exactly as `draw_round` draws it: in this process
+    (samplers kept), or in `workers` spawned processes that live as long as the drawer (each
+    first imports TVM and the target's tensor intrinsics: 15-20 s for CUDA on 2 cores)."""
+
+    def __init__(self, cfg: CollectConfig, workers: int):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.cfg = cfg
+        self.samplers: dict[str, ScheduleSampler] = {}
+        self.pool = None
+        if workers >= 2:
+            self.slim = dataclasses.replace(cfg, workloads=[], target=None, tracker=None)
+            self.target_text = target_json(cfg.target)
+            # spawn: a forked copy of a process that runs TVM's thread pools can deadlock
+            self.pool = ProcessPoolExecutor(workers,
+                                            mp_context=multiprocessing.get_context("spawn"))
+
+    def draw(self, jobs: list[tuple], bar=None) -> list[list[Candidate]]:
+        """Per (workload, its state, candidates wanted) job, the candidates of its next round.
+        Drawn here, a round adds its trace hashes to the state's `seen`; drawn elsewhere, not."""
+        import tvm
+
+        rounds = []
+        if self.pool is None:
+            for w, st, n in jobs:
+                if w.key not in self.samplers:
+                    self.samplers[w.key] = ScheduleSampler(w.mod, self.cfg.target)
+                rounds.append(draw_round(self.samplers[w.key], self.cfg, w.key, st, n))
+                if bar is not None:
+                    bar.update()
+            return rounds
+        futures = [self.pool.submit(_draw_elsewhere, (w.definition(), self.target_text,
+                                                      self.slim, w.key, st, n))
+                   for w, st, n in jobs]
+        for future in futures:
+            rounds.append([Candidate(tvm.ir.load_json(mod), *rest)
+                           for mod, *rest in future.result()])
+            if bar is not None:
+                bar.update()
+        return rounds
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def draw_rounds(cfg: CollectConfig, states: dict[str, WorkloadState],
+                progress: bool = True) -> list[tuple]:
+    """The next round of every unfinished workload, in workload order: (workload, definition,
+    candidate, round) for each candidate.
+
+    Workloads are drawn in `cfg.draw_workers` processes, each round exactly as `draw_round`
+    draws it here. By default that is the cores, or this process alone for fewer than
+    `PARALLEL_DRAW_MIN_WORKLOADS` workloads: a new process first imports TVM and the target's
+    tensor intrinsics (15-20 s for CUDA), while one workload's round of 16 CUDA candidates
+    draws in about 3 s (measured on 2 cores: 18 workloads in 54 s here, 44 s in 2 processes).
+    """
+    from tqdm import tqdm
+
+    jobs = []  # (workload, its state, candidates to draw)
+    for w in cfg.workloads:
+        st = states.get(w.key, WorkloadState())
+        if st.count < cfg.per_workload:
+            jobs.append((w, st, min(cfg.batch_size, cfg.per_workload - st.count)))
+    workers = cfg.draw_workers or (usable_cores() if len(jobs) >= PARALLEL_DRAW_MIN_WORKLOADS
+                                   else 1)
+    drawer = RoundDrawer(cfg, min(workers, len(jobs)))
+    try:
+        with tqdm(total=len(jobs), desc="draw", unit="wl", disable=not progress) as bar:
+            rounds = drawer.draw(jobs, bar)
+    finally:
+        drawer.close()
+    return [(w, w.definition(), c, st.rounds) for (w, st, _), cands in zip(jobs, rounds)
+            for c in cands]
+
+
+class _Collection:
+    """One `collect` call's state: the workloads' committed rounds, the shard writer, the
+    progress bar and the summary."""
+
+    def __init__(self, cfg: CollectConfig, measurer: Measurer, writer, states: dict,
+                 context: dict, bar):
+        self.cfg, self.measurer, self.writer = cfg, measurer, writer
+        self.states, self.context, self.bar = states, context, bar
+        self.summary = CollectSummary()
+        self.order = {w.key: i for i, w in enumerate(cfg.workloads)}
+        self.pending = [w for w in cfg.workloads
+                        if states.setdefault(w.key, WorkloadState()).count < cfg.per_workload]
+        self.definitions: dict[str, str] = {}
+
+    def wanted(self, w: Workload) -> int:
+        """Candidates of `w`'s next round."""
+        return min(self.cfg.batch_size, self.cfg.per_workload - self.states[w.key].count)
+
+    def exhausted(self, w: Workload) -> None:
+        """`w`'s design space has no unseen schedule left."""
+        self.summary.exhausted.append(w.key)
+        self.bar.update(self.cfg.per_workload - self.states[w.key].count)
+        self.pending.remove(w)
+
+    def commit(self, w: Workload, cands: list[Candidate], results: list[MeasureResult]) -> None:
+        """Write one measured round of `w` as a shard and update its state."""
+        st = self.states[w.key]
+        if w.key not in self.definitions:
+            self.definitions[w.key] = w.definition()
+        rows = [candidate_row(w, self.definitions[w.key], c, res, st.rounds, self.context)
+                for c, res in zip(cands, results)]
+        self.writer.write(rows)
+        st.count += len(rows)
+        st.rounds += 1
+        st.seen.update(c.trace_hash for c in cands)
+        st.measured += [(r["latency_median"], r["trace"]) for r in rows if r["status"] == OK]
+        ok = sum(r["status"] == OK for r in rows)
+        self.summary.committed += len(rows)
+        self.summary.ok += ok
+        self.summary.failed += len(rows) - ok
+        self.bar.set_postfix(ok=self.summary.ok, failed=self.summary.failed)
+        self.bar.update(len(rows))
+        if st.count >= self.cfg.per_workload:
+            self.pending.remove(w)
+
+    def one_round_at_a_time(self) -> None:
+        """Draw, build, measure and commit one round, then the next (breadth first)."""
+        samplers: dict[str, ScheduleSampler] = {}  # built on first use, then kept
+        while self.pending:
+            w = next_workload(self.pending, self.states, self.order)
+            self.bar.set_description(w.key[:48])
+            if w.key not in samplers:
+                samplers[w.key] = ScheduleSampler(w.mod, self.cfg.target)
+            cands = draw_round(samplers[w.key], self.cfg, w.key, self.states[w.key],
+                               self.wanted(w))
+            if not cands:
+                self.exhausted(w)
+                continue
+            self.commit(w, cands, self.measurer.measure([c.mod for c in cands],
+                                                        self.cfg.retry_cv))
+
+    def overlapped(self, workers: int) -> None:
+        """Measure one wave while a thread draws and builds the next (see the module doc)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from datagen.builder import remove_artifact
+
+        self.summary.overlapped = True
+        drawer = RoundDrawer(self.cfg, workers)
+        background = ThreadPoolExecutor(1, thread_name_prefix="datagen-prepare")
+
+        def prepare(wave: list[Workload]) -> tuple:
+            """Draw and build one round of each workload of `wave`."""
+            jobs = [(w, self.states[w.key], self.wanted(w)) for w in wave]
+            rounds = drawer.draw(jobs)
+            built = self.measurer.build([c.mod for cands in rounds for c in cands])
+            return wave, rounds, built
+
+        def submit(busy: set[str]):
+            wave = next_wave(self.pending, self.states, self.order, workers, busy)
+            return background.submit(prepare, wave) if wave else None
+
+        future = submit(set())
+        try:
+            while future is not None:
+                wave, rounds, built = future.result()
+                future = submit({w.key for w in wave})  # the next wave, while this one runs
+                at = 0
+                for w, cands in zip(wave, rounds):
+                    mine, at = built[at:at + len(cands)], at + len(cands)
+                    if not cands:
+                        self.exhausted(w)
+                        continue
+                    self.bar.set_description(w.key[:48])
+                    runs = self.measurer.run_built([c.mod for c in cands], mine, 1,
+                                                   self.cfg.retry_cv)
+                    self.commit(w, cands, [r[0] for r in runs])
+                if future is None and self.pending:  # the rest was busy: go on with it
+                    future = submit(set())
+        finally:
+            if future is not None and future.done() and future.exception() is None:
+                for res, _ in future.result()[2]:  # built but never measured
+                    if res.error_msg is None:
+                        remove_artifact(res.artifact_path)
+            elif future is not None:
+                future.cancel()
+            background.shutdown(wait=False, cancel_futures=True)
+            drawer.close()
+
+
 def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
     """Collect until every workload has `per_workload` committed candidates.
 
     Breadth first: the next round always goes to the workload with the fewest committed
     candidates (the earliest listed among equals), so a collection stopped and started any
-    number of times covers every workload before any goes deeper.
+    number of times covers every workload before any goes deeper. With `cfg.overlapped()`,
+    rounds go in waves (see the module doc), each wave breadth first.
     """
     from tqdm import tqdm
 
     start = time.perf_counter()
     target_text = target_json(cfg.target)
+    overlap = cfg.overlapped()
+    spare = max(1, usable_cores() - 1)  # with overlap, one core measures
+    build_workers = cfg.build_workers or (spare if overlap else None)
     # the measurer checks target and tracker before anything is written
     measurer = Measurer(cfg.target, cfg.protocol, cfg.tracker, cfg.num_threads,
-                        cfg.build_workers, cfg.build_timeout, cfg.run_timeout)
+                        build_workers, cfg.build_timeout, cfg.run_timeout)
     writer = None
     try:
         writer = records.ShardWriter(cfg.out)
@@ -206,48 +446,19 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
     total = cfg.per_workload * len(cfg.workloads)
     done = sum(min(states.get(w.key, WorkloadState()).count, cfg.per_workload)
                for w in cfg.workloads)
-    summary = CollectSummary()
     bar = tqdm(total=total, initial=done, unit="cand", disable=not progress, file=sys.stderr,
                dynamic_ncols=True, smoothing=0.05)
-    samplers: dict[str, tuple[ScheduleSampler, str]] = {}  # built on first use, then kept
-    order = {w.key: i for i, w in enumerate(cfg.workloads)}
-    pending = [w for w in cfg.workloads
-               if states.setdefault(w.key, WorkloadState()).count < cfg.per_workload]
+    run = _Collection(cfg, measurer, writer, states, context, bar)
     try:
-        while pending:  # breadth first: always the workload with the fewest candidates
-            w = next_workload(pending, states, order)
-            st = states[w.key]
-            bar.set_description(w.key[:48])
-            if w.key not in samplers:
-                samplers[w.key] = (ScheduleSampler(w.mod, cfg.target), w.definition())
-            sampler, definition = samplers[w.key]
-            n = min(cfg.batch_size, cfg.per_workload - st.count)
-            cands = draw_round(sampler, cfg, w.key, st, n)
-            if not cands:  # the design space has no unseen schedule left
-                summary.exhausted.append(w.key)
-                bar.update(cfg.per_workload - st.count)
-                pending.remove(w)
-                continue
-            results = measurer.measure([c.mod for c in cands], cfg.retry_cv)
-            rows = [candidate_row(w, definition, c, res, st.rounds, context)
-                    for c, res in zip(cands, results)]
-            writer.write(rows)
-            st.count += len(rows)
-            st.rounds += 1
-            st.measured += [(r["latency_median"], r["trace"]) for r in rows
-                            if r["status"] == OK]
-            ok = sum(r["status"] == OK for r in rows)
-            summary.committed += len(rows)
-            summary.ok += ok
-            summary.failed += len(rows) - ok
-            bar.set_postfix(ok=summary.ok, failed=summary.failed)
-            bar.update(len(rows))
-            if st.count >= cfg.per_workload:
-                pending.remove(w)
+        if overlap:
+            run.overlapped(cfg.draw_workers or spare)
+        else:
+            run.one_round_at_a_time()
     finally:
         bar.close()
         measurer.close()
         writer.close()
+    summary = run.summary
     summary.wall = time.perf_counter() - start
     summary.build_wall, summary.run_wall = measurer.build_wall, measurer.run_wall
     return summary

@@ -2,8 +2,9 @@
 
 Protocol (MetaSchedule's evaluator): one warm-up run, then `repeat` timed repeats, each the
 mean of `number` runs, with `number` raised until a repeat lasts at least `min_repeat_ms`.
-Every repeat is kept. A batch is built first and measured after, never both at once, so no
-build of the collector competes for the cores being timed.
+Every repeat is kept. `measure` builds a batch first and measures it after, never both at
+once, so no build competes for the cores being timed; `build` and `run_built` are the two
+halves, which `collect` overlaps where the device being timed is not this host's CPU.
 
 `run_latency` and `latency_stats` are the one definition of a measured latency everywhere in
 the project: the median of the timed repeats, with MetaSchedule's failure sentinel (a failed
@@ -203,18 +204,34 @@ class Measurer:
         `rounds` results (a program that failed to build: that failure, `rounds` times).
         With `retry_cv`, a last result whose repeats spread more than that is run once more
         at the end (see `measure`)."""
-        from tvm.s_tir.meta_schedule.builder import BuilderInput
+        return self.run_built(mods, self.build(mods), rounds, retry_cv)
 
-        from datagen.builder import TIMEOUT_PREFIX, remove_artifact
+    def build(self, mods: list) -> list[tuple]:
+        """Build all scheduled `mods` in the builder's processes: per program, its
+        (`BuilderResult`, build seconds). Safe to call from another thread while this
+        measurer runs programs (what `collect --overlap` does on a GPU)."""
+        from tvm.s_tir.meta_schedule.builder import BuilderInput
 
         start = time.perf_counter()
         built = self.builder.build([BuilderInput(mod, self.target) for mod in mods])
+        secs = list(self.builder.last_build_secs)
         self.build_wall += time.perf_counter() - start
+        return list(zip(built, secs))
+
+    def run_built(self, mods: list, built: list[tuple], rounds: int = 1,
+                  retry_cv: float | None = None) -> list[list[MeasureResult]]:
+        """Run programs built by `build` as `remeasure` does, then delete their artifacts.
+
+        Raises:
+            UserError: the GPU this host measures on disappeared (nothing of these programs
+                is returned, so a caller commits none of them).
+        """
+        from datagen.builder import TIMEOUT_PREFIX, remove_artifact
+
         results: list[list[MeasureResult]] = [[] for _ in mods]
         try:
             for _ in range(rounds):
-                for i, (mod, res, build_secs) in enumerate(
-                        zip(mods, built, self.builder.last_build_secs)):
+                for i, (mod, (res, build_secs)) in enumerate(zip(mods, built)):
                     if res.error_msg is not None:
                         status = BUILD_TIMEOUT if res.error_msg.startswith(TIMEOUT_PREFIX) \
                             else BUILD_ERROR
@@ -223,12 +240,12 @@ class Measurer:
                         continue
                     results[i].append(self._run(mod, res.artifact_path, build_secs))
             if retry_cv is not None:
-                for mod, res, runs in zip(mods, built, results):
+                for mod, (res, _), runs in zip(mods, built, results):
                     if runs[-1].status == OK and \
                             latency_stats(runs[-1].latencies)["latency_cv"] > retry_cv:
                         runs[-1].retry = self._run(mod, res.artifact_path, runs[-1].build_secs)
         finally:
-            for res in built:
+            for res, _ in built:
                 if res.error_msg is None:
                     remove_artifact(res.artifact_path)
         return results
@@ -246,6 +263,7 @@ class Measurer:
         run_secs = time.perf_counter() - start
         self.run_wall += run_secs
         if run.error_msg is not None:
+            self._check_device()
             return MeasureResult(_classify_run_error(run.error_msg), [],
                                  run.error_msg[-MAX_ERROR_CHARS:], build_secs, run_secs)
         latencies = [float(x) for x in run.run_secs]
@@ -253,6 +271,22 @@ class Measurer:
             return MeasureResult(RUN_ERROR, latencies, "non-finite latency", build_secs,
                                  run_secs)
         return MeasureResult(OK, latencies, "", build_secs, run_secs)
+
+    def _check_device(self) -> None:
+        """After a failed run on this host's GPU: fail with one line if the GPU is gone, so the
+        failure is not recorded as the program's (an RPC device or the CPU is not checked)."""
+        if self.tracker is not None or self.device_type == "cpu":
+            return
+        import tvm
+
+        try:
+            present = tvm.device(self.device_type, 0).exist
+        except Exception:  # noqa: BLE001  (a lost device may raise rather than answer)
+            present = False
+        if not present:
+            raise UserError(f"the {self.device_type} device disappeared while measuring; every "
+                            "round committed before is kept: run the same command again when "
+                            "it is back")
 
     def close(self) -> None:
         """Stop the builder's and the runner's worker processes."""

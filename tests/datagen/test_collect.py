@@ -159,3 +159,44 @@ def test_noisy_candidates_are_measured_twice_and_labelled_by_the_steadier(tmp_pa
             "--repeat", "3", "--min-repeat-ms", "2", "--retry-cv", "100", "--no-progress",
             check=True)
     assert read_records(out2).retry_latencies.map(len).eq(0).all()
+
+
+def test_overlapped_collection_records_what_one_round_at_a_time_records(tmp_path):
+    """`--overlap on` draws and builds the next wave of rounds while this one is measured;
+    every round is still drawn from its own workload's committed rounds, so with random rounds
+    (deterministic given the seed) the records are those of one round at a time, whether the
+    waves are drawn in worker processes or in the collector's own thread. With evolved rounds,
+    every parent is a measured schedule of an earlier round of the same workload."""
+    conv = "conv2d/h8_w8_ci8_co8_k3_stride1_pad1"
+    common = [DENSE, SOFTMAX, conv, "--per-workload", "6", "--batch-size", "2", "--repeat", "2",
+              "--min-repeat-ms", "2", "--no-progress"]
+
+    def collected(name: str, *extra: str):
+        out = str(tmp_path / name)
+        proc = run_cli("collect", *common, "--out", out, *extra, check=True)
+        frame = read_records(out)
+        assert len(frame) == 18 and frame.trace_hash.is_unique
+        assert frame.groupby("workload_key").size().to_dict() == {DENSE: 6, SOFTMAX: 6, conv: 6}
+        return proc, frame
+
+    def rounds(frame) -> set:
+        return set(zip(frame.workload_key, frame["round"], frame.trace_hash, frame.origin))
+
+    random_only = ["--evolve-fraction", "0"]
+    proc, serial = collected("serial", *random_only, "--overlap", "off")
+    assert "beside running" not in proc.stdout
+    proc, in_processes = collected("processes", *random_only, "--overlap", "on",
+                                   "--draw-workers", "2")
+    assert "(drawing and building beside running)" in proc.stdout
+    _, in_thread = collected("thread", *random_only, "--overlap", "on", "--draw-workers", "1")
+    assert rounds(in_processes) == rounds(serial) == rounds(in_thread)
+    assert set(serial["round"]) == {0, 1, 2}
+
+    _, evolved = collected("evolved", "--overlap", "on", "--draw-workers", "2")
+    children = evolved[evolved.origin == "evolved"]
+    assert len(children) > 0
+    for child in children.itertuples():
+        parent = evolved[(evolved.workload_key == child.workload_key)
+                         & (evolved.trace_hash == child.parent_hash)]
+        assert len(parent) == 1 and parent["round"].iloc[0] < child.round
+        assert parent.status.iloc[0] == "ok"
