@@ -25,6 +25,11 @@ summarises the pairs finished so far.
 Part 3, end to end: a small PyTorch CNN tuned with one total budget by bo and by ms-default,
 and the compiled network's latency of both and of the untuned build.
 
+Part 5 (`--parts gpu --target nvidia/nvidia-h100`, on the GPU host): held-out shapes on the
+GPU, with `graphsage-h100.ckpt` (trained on data/cuda-h100, these four workloads held out) and
+its shipped pretrained XGBModel; every tuner measures on this host's GPU. For the GPU issue's
+comparison: `--tuners bo ms-xgb-pretrained ms-default --trials 64`.
+
 Part 4 (`--parts v2`), held-out networks with cost model v2: seven tasks of six families from
 the three networks that v2's evaluation checkpoint never saw (`graphsage-v2-networks.ckpt`,
 trained on dataset v2 with ResNet-50, MobileNetV2 and T5-small encoder held out; a task that
@@ -34,6 +39,8 @@ ms-xgb-pretrained is then XGBModel trained on that checkpoint's training records
 
     python bench/tuning_vs_metaschedule.py [--seeds 0 1 2] [--trials 64 256] [--parts shapes v2]
                                            [--family-checkpoint CKPT] [--report]
+    python bench/tuning_vs_metaschedule.py --parts gpu --target nvidia/nvidia-h100 --seeds 0 \
+        --trials 64 --tuners bo ms-xgb-pretrained ms-default --out bench/results/cuda-h100
 """
 
 from __future__ import annotations
@@ -69,6 +76,14 @@ V2_WORKLOADS = [
     "torch/mean_add_tir_rsqrt_multiply_multiply_8c0a381fecbf5f6a",  # T5 RMS norm
 ]
 V2_CHECKPOINT = "graphsage-v2-networks.ckpt"  # shipped; three networks held out
+# part 5: four families of graphsage-h100.ckpt's test side, first to last as device time allows
+GPU_WORKLOADS = [
+    "dense/m197_n2304_k768",
+    "conv2d/h28_w28_ci128_co128_k3_stride1_pad1",
+    "batch_matmul/b12_m197_n197_k64",
+    "depthwise_conv2d/h14_w14_c384_k3_stride1_pad1",
+]
+GPU_CHECKPOINT = "graphsage-h100.ckpt"  # shipped, with its pretrained XGBModel beside it
 TUNERS = ["bo", "ms-xgb-pretrained", "ms-default", "ms-ours", "random"]
 SHAPES_CHECKPOINT = "graphsage.ckpt"  # shipped; its test side holds SHAPES_WORKLOADS out
 LONG_TUNERS = ["ms-xgb-pretrained", "ms-default"]  # the baselines that the targets need at 256
@@ -89,7 +104,7 @@ def part(name, workloads, checkpoint, args, target, measurer) -> None:
         raise SystemExit(f"{name}: {sorted(set(workloads) - held_out)} were not held out by "
                          f"{checkpoint}")
     out = os.path.join(args.out, name)
-    tuners = TUNERS + (["ytopt"] if args.ytopt else [])
+    tuners = args.tuners + (["ytopt"] if args.ytopt else [])
     trials = max(args.trials)
     tuner_trials = {t: trials if t in args.long_tuners else min(args.trials) for t in tuners}
     xgb = pretrained_xgb_file(checkpoint, predictor.meta,
@@ -189,26 +204,45 @@ def main() -> None:
                         help="the tuners that run to the largest budget; the others stop at "
                         "the smallest (default: %(default)s)")
     parser.add_argument("--ytopt", action="store_true", help="also the ytopt-style tuner")
+    parser.add_argument("--tuners", nargs="+", choices=TUNERS, default=TUNERS,
+                        help="the tuners to compare (default: %(default)s)")
+    parser.add_argument("--target", help="TVM target as JSON or a tag (default: this CPU); a "
+                        "GPU's runs part gpu on this host's GPU")
     parser.add_argument("--report", action="store_true", help="tune nothing: summarise the "
                         "(workload, seed) pairs finished so far (parts shapes, family and v2)")
     parser.add_argument("--family-checkpoint", help="a checkpoint trained with depthwise_conv2d "
                         "held out (part 2 is skipped without it)")
     parser.add_argument("--network-trials", type=int, default=96)
     parser.add_argument("--parts", nargs="+", default=["shapes", "family", "network"],
-                        choices=["shapes", "family", "v2", "network"],
+                        choices=["shapes", "family", "v2", "network", "gpu"],
                         help="shapes: held-out shapes (graphsage.ckpt); family: a held-out "
                         "family (--family-checkpoint); v2: held-out networks "
-                        "(graphsage-v2-networks.ckpt); network: a CNN end to end")
+                        "(graphsage-v2-networks.ckpt); network: a CNN end to end; gpu: "
+                        "held-out shapes on the GPU of --target (graphsage-h100.ckpt)")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
 
     from costmodel import checkpoints
+    from datagen.errors import UserError
     from datagen.measure import Measurer
     from datagen.tvm_env import make_target
 
-    target = make_target(None)
-    measurer = Measurer(target)
+    target = make_target(args.target)
+    on_gpu = target.kind.name != "llvm"
+    if on_gpu and set(args.parts) != {"gpu"}:
+        raise SystemExit("error: with a GPU --target only --parts gpu runs (the other parts' "
+                         "checkpoints learned this CPU)")
+    if "gpu" in args.parts and not on_gpu:
+        raise SystemExit("error: --parts gpu tunes on a GPU: give its --target "
+                         "(nvidia/nvidia-h100) and run on that GPU's host")
     try:
+        measurer = Measurer(target)
+    except UserError as err:
+        raise SystemExit(f"error: {err}") from None
+    try:
+        if "gpu" in args.parts:
+            part("tuning-gpu", GPU_WORKLOADS, checkpoints.path(GPU_CHECKPOINT), args, target,
+                 measurer)
         if "shapes" in args.parts:
             part("tuning-shapes", SHAPES_WORKLOADS, checkpoints.path(SHAPES_CHECKPOINT), args,
                  target, measurer)

@@ -1,0 +1,24 @@
+"""The tuning benchmark's GPU part refuses what cannot run, with one line, before tuning."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "tuning_vs_metaschedule.py")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--parts", "gpu"], "--parts gpu tunes on a GPU: give its --target"),
+    (["--target", "nvidia/nvidia-h100"], "with a GPU --target only --parts gpu runs"),
+    (["--parts", "gpu", "--target", "nvidia/nvidia-h100"],
+     "needs a cuda device and this host has none"),
+])
+def test_gpu_part_without_a_gpu_is_one_line(tmp_path, args, message):
+    proc = subprocess.run([sys.executable, BENCH, *args, "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert not os.listdir(tmp_path)  # nothing tuned, nothing written
