@@ -15,7 +15,10 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
 
 from datagen.builder import DEFAULT_BUILD_TIMEOUT_SEC
 from datagen.collect import (DEFAULT_BATCH_SIZE, DEFAULT_EVOLVE_FRACTION, DEFAULT_PER_WORKLOAD,
@@ -61,12 +64,29 @@ def _collect(args) -> int:
 
     tracker = Tracker.parse(args.tracker, args.key) if args.tracker else None
     cfg = _config(args, args.out, tracker, args.threads, args.run_timeout)
+    # Ctrl-C or SIGTERM: stop after the program being measured (a KeyboardInterrupt raised
+    # while TVM's runner waits would come back through TVM as another error); a second one
+    # stops at once, which loses nothing committed either
+    stop = threading.Event()
+
+    def request_stop(signum, frame):
+        if stop.is_set():
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+        stop.set()
+        print("datagen: stopping after the program being measured (again: at once)",
+              file=sys.stderr, flush=True)
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        summary = collect(cfg, progress=not args.no_progress)
+        summary = collect(cfg, progress=not args.no_progress, stop=stop)
     except KeyboardInterrupt:
-        print("datagen: interrupted; every committed batch is kept, run the same command to "
+        print("datagen: interrupted; every committed round is kept, run the same command to "
               "continue", file=sys.stderr)
         return 130
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     print(f"committed {summary.committed} candidates ({summary.ok} ok, {summary.failed} failed) "
           f"to {args.out}")
     if summary.committed:

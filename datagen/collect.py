@@ -219,6 +219,19 @@ def _draw_elsewhere(job: tuple) -> list[tuple]:
              c.mutator) for c in draw_round(sampler, cfg, key, st, n)]
 
 
+def _die_with_parent() -> None:
+    """Draw worker initializer: end this process when the thread that started it ends, the
+    collector killed even by SIGKILL among them (Linux's PR_SET_PDEATHSIG; elsewhere nothing),
+    so no idle worker outlives it."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
 class RoundDrawer:
     """Draws workloads' next rounds, each exactly as `draw_round` draws it: in this process
     (samplers kept), or in `workers` spawned processes that live as long as the drawer (each
@@ -236,7 +249,8 @@ class RoundDrawer:
             self.target_text = target_json(cfg.target)
             # spawn: a forked copy of a process that runs TVM's thread pools can deadlock
             self.pool = ProcessPoolExecutor(workers,
-                                            mp_context=multiprocessing.get_context("spawn"))
+                                            mp_context=multiprocessing.get_context("spawn"),
+                                            initializer=_die_with_parent)
 
     def draw(self, jobs: list[tuple], bar=None) -> list[list[Candidate]]:
         """Per (workload, its state, candidates wanted) job, the candidates of its next round.
@@ -302,8 +316,9 @@ class _Collection:
     progress bar and the summary."""
 
     def __init__(self, cfg: CollectConfig, measurer: Measurer, writer, states: dict,
-                 context: dict, bar):
-        self.cfg, self.measurer, self.writer = cfg, measurer, writer
+                 context: dict, bar, stop):
+        self.cfg, self.measurer, self.writer, self.stop = cfg, measurer, writer, stop
+        measurer.stop = stop
         self.states, self.context, self.bar = states, context, bar
         self.summary = CollectSummary()
         self.order = {w.key: i for i, w in enumerate(cfg.workloads)}
@@ -342,10 +357,23 @@ class _Collection:
         if st.count >= self.cfg.per_workload:
             self.pending.remove(w)
 
+    def check_stop(self) -> None:
+        if self.stop is not None and self.stop.is_set():
+            raise KeyboardInterrupt
+
+    def wait(self, future):
+        """`future`'s result, giving up when `stop` is set (checked twice a second)."""
+        from concurrent.futures import wait
+
+        while not wait([future], timeout=0.5).done:
+            self.check_stop()
+        return future.result()
+
     def one_round_at_a_time(self) -> None:
         """Draw, build, measure and commit one round, then the next (breadth first)."""
         samplers: dict[str, ScheduleSampler] = {}  # built on first use, then kept
         while self.pending:
+            self.check_stop()
             w = next_workload(self.pending, self.states, self.order)
             self.bar.set_description(w.key[:48])
             if w.key not in samplers:
@@ -382,7 +410,7 @@ class _Collection:
         future = submit(set())
         try:
             while future is not None:
-                wave, rounds, built = future.result()
+                wave, rounds, built = self.wait(future)
                 future = submit({w.key for w in wave})  # the next wave, while this one runs
                 at = 0
                 for w, cands in zip(wave, rounds):
@@ -407,8 +435,10 @@ class _Collection:
             drawer.close()
 
 
-def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
-    """Collect until every workload has `per_workload` committed candidates.
+def collect(cfg: CollectConfig, progress: bool = True, stop=None) -> CollectSummary:
+    """Collect until every workload has `per_workload` committed candidates, or until the
+    `threading.Event` `stop` is set: then, after the program being measured, it raises
+    KeyboardInterrupt with every round committed before kept and the round in flight not.
 
     Breadth first: the next round always goes to the workload with the fewest committed
     candidates (the earliest listed among equals), so a collection stopped and started any
@@ -448,7 +478,7 @@ def collect(cfg: CollectConfig, progress: bool = True) -> CollectSummary:
                for w in cfg.workloads)
     bar = tqdm(total=total, initial=done, unit="cand", disable=not progress, file=sys.stderr,
                dynamic_ncols=True, smoothing=0.05)
-    run = _Collection(cfg, measurer, writer, states, context, bar)
+    run = _Collection(cfg, measurer, writer, states, context, bar, stop)
     try:
         if overlap:
             run.overlapped(cfg.draw_workers or spare)

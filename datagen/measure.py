@@ -164,6 +164,7 @@ class Measurer:
         self.device_type = "cpu" if target.kind.name == "llvm" else target.kind.name
         self.build_wall = 0.0  # seconds spent building, over the measurer's life
         self.run_wall = 0.0  # seconds spent measuring
+        self.stop = None  # a threading.Event: once set, `run_built` stops before the next run
         self.device = local_device(target.kind.name) if tracker is None else \
             {"kind": target.kind.name, "rpc_key": tracker.key}
         if self.device.get("present") is False:
@@ -225,6 +226,7 @@ class Measurer:
         Raises:
             UserError: the GPU this host measures on disappeared (nothing of these programs
                 is returned, so a caller commits none of them).
+            KeyboardInterrupt: `stop` was set (checked before each run).
         """
         from datagen.builder import TIMEOUT_PREFIX, remove_artifact
 
@@ -232,6 +234,7 @@ class Measurer:
         try:
             for _ in range(rounds):
                 for i, (mod, (res, build_secs)) in enumerate(zip(mods, built)):
+                    self._check_stop()
                     if res.error_msg is not None:
                         status = BUILD_TIMEOUT if res.error_msg.startswith(TIMEOUT_PREFIX) \
                             else BUILD_ERROR
@@ -241,6 +244,7 @@ class Measurer:
                     results[i].append(self._run(mod, res.artifact_path, build_secs))
             if retry_cv is not None:
                 for mod, (res, _), runs in zip(mods, built, results):
+                    self._check_stop()
                     if runs[-1].status == OK and \
                             latency_stats(runs[-1].latencies)["latency_cv"] > retry_cv:
                         runs[-1].retry = self._run(mod, res.artifact_path, runs[-1].build_secs)
@@ -271,6 +275,10 @@ class Measurer:
             return MeasureResult(RUN_ERROR, latencies, "non-finite latency", build_secs,
                                  run_secs)
         return MeasureResult(OK, latencies, "", build_secs, run_secs)
+
+    def _check_stop(self) -> None:
+        if self.stop is not None and self.stop.is_set():
+            raise KeyboardInterrupt
 
     def _check_device(self) -> None:
         """After a failed run on this host's GPU: fail with one line if the GPU is gone, so the

@@ -200,3 +200,36 @@ def test_overlapped_collection_records_what_one_round_at_a_time_records(tmp_path
                          & (evolved.trace_hash == child.parent_hash)]
         assert len(parent) == 1 and parent["round"].iloc[0] < child.round
         assert parent.status.iloc[0] == "ok"
+
+
+@pytest.mark.parametrize("overlap", ["off", "on"])
+def test_sigint_stops_after_the_program_being_measured_and_resume_finishes(tmp_path, overlap):
+    """SIGINT (or SIGTERM) to the collector alone, not its process group: it stops after the
+    program being measured, exit status 130, every committed round kept and no worker process
+    left behind; the same command then finishes without duplicates. (TVM's runner would turn a
+    KeyboardInterrupt raised while it waits into another error, or swallow it.)"""
+    import psutil
+
+    out = str(tmp_path / "ds")
+    args = ["collect", DENSE, SOFTMAX, "--out", out, "--per-workload", "12", "--batch-size",
+            "2", "--repeat", "2", "--min-repeat-ms", "2", "--no-progress", "--overlap", overlap,
+            "--draw-workers", "2"]
+    proc = subprocess.Popen([sys.executable, "-m", "datagen.cli", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while len(shard_paths(out)) < 2 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    workers = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "every committed round is kept" in stderr and "Traceback" not in stderr
+    _, alive = psutil.wait_procs(workers, timeout=15)  # the last ones are ending
+    assert not [w for w in alive if w.status() != psutil.STATUS_ZOMBIE], \
+        [w.cmdline() for w in alive]
+    before = read_records(out)
+    assert 0 < len(before) < 24 and len(before) % 2 == 0  # whole rounds only
+    run_cli(*args, check=True)
+    after = read_records(out)
+    assert after.groupby("workload_key").size().to_dict() == {DENSE: 12, SOFTMAX: 12}
+    assert after.trace_hash.is_unique and set(before.trace_hash) <= set(after.trace_hash)
