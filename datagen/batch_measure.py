@@ -151,7 +151,7 @@ def cache_kernel_compiles(cache_dir: str, compile_fn) -> callable:
     return compile_cached
 
 
-def _use_kernel_cache(cache_dir: str) -> None:
+def use_kernel_cache(cache_dir: str) -> None:
     """Route TVM's CUDA compilation (the NVRTC callback of `tvm.support.nvcc`) through the
     cache. Also the initializer of the compiling workers."""
     import tvm  # noqa: F401
@@ -180,7 +180,7 @@ def precompile(batch_dir: str, candidates: list[dict], cache_dir: str, workers: 
     import multiprocessing
 
     paths = [os.path.join(batch_dir, ARTIFACTS, c["artifact"]) for c in candidates]
-    with multiprocessing.get_context("spawn").Pool(workers, _use_kernel_cache,
+    with multiprocessing.get_context("spawn").Pool(workers, use_kernel_cache,
                                                    (cache_dir,)) as pool:
         return sum(pool.imap_unordered(_precompile, paths, chunksize=4))
 
@@ -247,7 +247,7 @@ def measure_batch(batch_dir: str, results_path: str | None = None, progress: boo
             if progress:
                 print(f"compiled the kernels of {loaded}/{len(todo)} candidates with {workers} "
                       f"processes in {time.perf_counter() - start:.1f} s", file=sys.stderr)
-        _use_kernel_cache(cache)
+        use_kernel_cache(cache)
     retry_cv = manifest.get("retry_cv")
     with open(results_path, "a", encoding="utf-8") as out:
         def write(cand: dict, retry: bool) -> dict:

@@ -453,8 +453,10 @@ def collect(cfg: CollectConfig, progress: bool = True, stop=None) -> CollectSumm
     spare = max(1, usable_cores() - 1)  # with overlap, one core measures
     build_workers = cfg.build_workers or (spare if overlap else None)
     # the measurer checks target and tracker before anything is written
+    # overlapped here, the runner loads shared libraries: no link on the measuring path
     measurer = Measurer(cfg.target, cfg.protocol, cfg.tracker, cfg.num_threads,
-                        build_workers, cfg.build_timeout, cfg.run_timeout)
+                        build_workers, cfg.build_timeout, cfg.run_timeout,
+                        shared_library=True if overlap and cfg.tracker is None else None)
     writer = None
     try:
         writer = records.ShardWriter(cfg.out)

@@ -17,7 +17,9 @@ import dataclasses
 import functools
 import math
 import os
+import shutil
 import statistics
+import tempfile
 import time
 
 from datagen.errors import UserError
@@ -127,9 +129,17 @@ def local_device(target_kind: str) -> dict:
     return device_description(dev, target_kind)
 
 
-def _use_threads(num_threads: int) -> None:
-    """Runner worker initializer: the TVM runtime reads its thread count when it starts."""
+def _init_runner(num_threads: int, kernel_cache: str | None = None) -> None:
+    """Runner worker initializer: the TVM runtime reads its thread count when it starts; CUDA
+    kernels that the builders compiled come from `kernel_cache` (others compile as usual)."""
     os.environ["TVM_NUM_THREADS"] = str(num_threads)
+    if kernel_cache:
+        from datagen.batch_measure import use_kernel_cache
+
+        try:
+            use_kernel_cache(kernel_cache)
+        except Exception:  # noqa: BLE001  (no NVRTC here: TVM reports it at the first load)
+            pass
 
 
 def _classify_run_error(message: str) -> str:
@@ -147,11 +157,17 @@ class Measurer:
         build_workers: builder processes.
         build_timeout: seconds before a build is killed.
         run_timeout: seconds before a measurement is killed.
+        shared_library: build shared libraries, which the runner loads without linking them
+            (default: on this host's GPU; MetaSchedule's tar of objects elsewhere, which an
+            RPC server links itself). On this host's CUDA GPU the builders also compile each
+            program's kernels (NVRTC) into a cache the runner reads, so neither the link nor
+            the compile happens in the process that measures, one program at a time.
     """
 
     def __init__(self, target, protocol: dict | None = None, tracker: Tracker | None = None,
                  num_threads: int | None = None, build_workers: int | None = None,
-                 build_timeout: float | None = None, run_timeout: float = DEFAULT_RUN_TIMEOUT_SEC):
+                 build_timeout: float | None = None, run_timeout: float = DEFAULT_RUN_TIMEOUT_SEC,
+                 shared_library: bool | None = None):
         from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner, RPCConfig, RPCRunner
 
         from datagen.builder import DEFAULT_BUILD_TIMEOUT_SEC, PersistentBuilder
@@ -176,13 +192,20 @@ class Measurer:
                 "datagen ingest)")
         evaluator = EvaluatorConfig(number=self.protocol["number"], repeat=self.protocol["repeat"],
                                     min_repeat_ms=self.protocol["min_repeat_ms"])
+        on_local_gpu = tracker is None and self.device_type != "cpu"
+        if shared_library is None:
+            shared_library = on_local_gpu
+        self.kernel_cache = tempfile.mkdtemp(prefix="datagen-kernels-") \
+            if on_local_gpu and self.device_type == "cuda" else None
         self.builder = PersistentBuilder(target.kind.name, build_workers,
-                                         build_timeout or DEFAULT_BUILD_TIMEOUT_SEC)
+                                         build_timeout or DEFAULT_BUILD_TIMEOUT_SEC,
+                                         shared_library, self.kernel_cache)
         if tracker is None:
             # set in the runner's worker process only, not in this one
             self.runner = LocalRunner(timeout_sec=run_timeout, evaluator_config=evaluator,
-                                      initializer=functools.partial(_use_threads,
-                                                                    self.num_threads))
+                                      initializer=functools.partial(_init_runner,
+                                                                    self.num_threads,
+                                                                    self.kernel_cache))
         else:
             tracker.check()
             config = RPCConfig(tracker.host, tracker.port, tracker.key,
@@ -302,3 +325,5 @@ class Measurer:
         pool = getattr(self.runner, "pool", None)
         if pool is not None:
             pool.shutdown(wait=False)
+        if self.kernel_cache:
+            shutil.rmtree(self.kernel_cache, ignore_errors=True)

@@ -148,6 +148,35 @@ def test_cuda_batch_is_built_here_and_refused_without_a_gpu(tmp_path):
         os.path.join(batch, "results.jsonl"))
 
 
+def test_cuda_builders_that_also_compile_kernels_build_the_same_programs(tmp_path):
+    """On a host with a CUDA GPU, `collect`'s builders load each built program once so that
+    NVRTC compiles its kernels into a cache the runner reads. Here, with no CUDA runtime, that
+    load fails and must change nothing: every program builds into a loadable-looking .so, as
+    without the cache (whether the cache is hit can only be seen on a GPU)."""
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    from datagen.builder import PersistentBuilder, remove_artifact
+    from datagen.sampler import ScheduleSampler
+    from datagen.tvm_env import make_target
+    from datagen.workloads import from_key
+
+    target = make_target("nvidia/nvidia-h100")
+    cands = ScheduleSampler(from_key("dense/m64_n64_k64").mod, target).random(3, 0, set())
+    sizes = {}
+    for cache in (None, str(tmp_path / "kernels")):
+        builder = PersistentBuilder("cuda", 1, 60, shared_library=True, kernel_cache=cache)
+        try:
+            built = builder.build([BuilderInput(c.mod, target) for c in cands])
+        finally:
+            builder.shutdown()
+        assert [r.error_msg for r in built] == [None] * len(cands)
+        sizes[cache] = [os.path.getsize(r.artifact_path) for r in built]
+        assert all(r.artifact_path.endswith(".so") for r in built)
+        for r in built:
+            remove_artifact(r.artifact_path)
+    assert sizes[None] == sizes[str(tmp_path / "kernels")]
+
+
 def test_pack_into_an_existing_folder_is_one_line(tmp_path):
     (tmp_path / "b").mkdir()
     assert_clean_error(run_cli("pack", DENSE, "--dataset", str(tmp_path / "ds"), "--out",
