@@ -1,0 +1,94 @@
+"""Benchmark: where a candidate's build time goes, alone and with every core building.
+
+Draws --candidates random schedules of each workload for --target, then builds them as
+`datagen` does (MetaSchedule's `default_build`, exported as a shared library) twice: in this
+process one at a time, timing the phases (lowering and code generation; export, which links
+with the host compiler), and with `PersistentBuilder` on --workers processes, timing the wall
+clock. Prints medians per phase, candidates per second both ways, and how much slower a build
+gets when all workers build at once (1.0: no contention).
+
+    python bench/build_throughput.py [--target nvidia/nvidia-h100] [--candidates 8]
+                                     [--workers N] [WORKLOAD ...]
+
+On the H100 host, builds took a median 1.84 s per candidate with 15 workers (`data/cuda-h100`'s
+build_secs), against about 0.1 s here on one core: this tells whether the phases or the
+contention are what is slow there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+DEFAULT_WORKLOADS = ["dense/m197_n2304_k768", "conv2d/h28_w28_ci128_co128_k3_stride1_pad1",
+                     "softmax/rows1536_cols128", "depthwise_conv2d/h56_w56_c144_k3_stride1_pad1"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("workloads", nargs="*", default=DEFAULT_WORKLOADS)
+    parser.add_argument("--target", help="TVM target as JSON or a tag (default: this CPU)")
+    parser.add_argument("--candidates", type=int, default=8, help="per workload")
+    parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
+    args = parser.parse_args()
+
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+    from tvm.s_tir.meta_schedule.builder.local_builder import default_build
+
+    from datagen.builder import PersistentBuilder, remove_artifact
+    from datagen.sampler import ScheduleSampler
+    from datagen.tvm_env import make_target
+    from datagen.workloads import resolve
+
+    target = make_target(args.target)
+    start = time.perf_counter()
+    mods = [c.mod for w in resolve(args.workloads)
+            for c in ScheduleSampler(w.mod, target).random(args.candidates, 0, set())]
+    print(f"drew {len(mods)} candidates of {len(args.workloads)} workloads for "
+          f"{target.kind.name} in {time.perf_counter() - start:.1f} s")
+
+    lower, export = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, mod in enumerate(mods):
+            t0 = time.perf_counter()
+            try:
+                built = default_build(mod, target, None)
+            except Exception:  # noqa: BLE001  (a candidate that does not build is skipped)
+                continue
+            t1 = time.perf_counter()
+            built.export_library(os.path.join(tmp, f"{i}.so"))
+            lower.append(t1 - t0)
+            export.append(time.perf_counter() - t1)
+    alone = [a + b for a, b in zip(lower, export)]
+
+    builder = PersistentBuilder(target.kind.name, args.workers, 60.0, shared_library=True)
+    try:
+        # every worker starts (a thread and a process each, made on demand) and imports the
+        # target's intrinsics before the clock starts
+        builder.build([BuilderInput(mods[i % len(mods)], target) for i in range(args.workers)])
+        start = time.perf_counter()
+        results = builder.build([BuilderInput(m, target) for m in mods])
+        wall = time.perf_counter() - start
+        together = [s for s in builder.last_build_secs if s is not None]
+    finally:
+        builder.shutdown()
+    for res in results:
+        if res.error_msg is None:
+            remove_artifact(res.artifact_path)
+
+    med = statistics.median
+    print(f"one at a time ({len(alone)} built): lowering + codegen {med(lower) * 1e3:.0f} ms, "
+          f"export {med(export) * 1e3:.0f} ms, whole {med(alone) * 1e3:.0f} ms median; "
+          f"{len(alone) / sum(alone):.1f} candidates/s")
+    print(f"{args.workers} workers ({len(together)} built): {med(together) * 1e3:.0f} ms median "
+          f"per build, {len(together) / wall:.1f} candidates/s")
+    print(f"contention: a build takes {med(together) / med(alone):.2f}x as long with "
+          f"{args.workers} workers")
+
+
+if __name__ == "__main__":
+    main()
