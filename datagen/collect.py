@@ -407,7 +407,7 @@ class _Collection:
             wave = next_wave(self.pending, self.states, self.order, workers, busy)
             return background.submit(prepare, wave) if wave else None
 
-        future = submit(set())
+        future, built = submit(set()), []
         try:
             while future is not None:
                 wave, rounds, built = self.wait(future)
@@ -424,13 +424,14 @@ class _Collection:
                     self.commit(w, cands, [r[0] for r in runs])
                 if future is None and self.pending:  # the rest was busy: go on with it
                     future = submit(set())
-        finally:
+        finally:  # a stop or an error: delete what was built but not measured
             if future is not None and future.done() and future.exception() is None:
-                for res, _ in future.result()[2]:  # built but never measured
-                    if res.error_msg is None:
-                        remove_artifact(res.artifact_path)
+                built = built + future.result()[2]
             elif future is not None:
                 future.cancel()
+            for res, _ in built:  # (what was measured is deleted already)
+                if res.error_msg is None:
+                    remove_artifact(res.artifact_path)
             background.shutdown(wait=False, cancel_futures=True)
             drawer.close()
 
