@@ -13,7 +13,8 @@ processes (`--compile-workers`, all cores but one by default), into a cache keye
 source's hash; the measuring process then loads each module from the cache, so one core times
 while the others compile nothing in its way.
 
-Each candidate of the batch's manifest is loaded and timed with MetaSchedule's protocol (the
+Candidates are measured in turns over the batch's workloads (a run stopped early leaves no
+workload behind); each is loaded and timed with MetaSchedule's protocol (the
 runtime's `time_evaluator`: one discarded warm-up call, then `repeat` repeats of `number` runs,
 `number` raised until a repeat lasts `min_repeat_ms`), and one JSON line per candidate is
 appended to the results file and synced, so a run stopped at any moment loses nothing and the
@@ -185,6 +186,18 @@ def precompile(batch_dir: str, candidates: list[dict], cache_dir: str, workers: 
         return sum(pool.imap_unordered(_precompile, paths, chunksize=4))
 
 
+def interleaved(candidates: list[dict]) -> list[dict]:
+    """`candidates` in turns over their workloads (each workload's own order kept), so that a
+    run stopped early has measured every workload of the batch alike."""
+    turn: dict[str, int] = {}
+    ranks = []
+    for cand in candidates:
+        ranks.append(turn.get(cand["workload_key"], 0))
+        turn[cand["workload_key"]] = ranks[-1] + 1
+    order = sorted(range(len(candidates)), key=lambda i: ranks[i])  # stable: workloads in order
+    return [candidates[i] for i in order]
+
+
 def measure_one(batch_dir: str, cand: dict, protocol: dict, dev, rng) -> dict:
     """Load and time one candidate: {"status", "latencies", "error", "run_secs"}."""
     import tvm
@@ -236,7 +249,7 @@ def measure_batch(batch_dir: str, results_path: str | None = None, progress: boo
     retried = {line["index"] for line in done if line.get("retry")}
     rng = np.random.default_rng(0)
     counts = {"measured": 0, "retried": 0, "total": len(manifest["candidates"])}
-    todo = [c for c in manifest["candidates"] if c["index"] not in firsts]
+    todo = interleaved([c for c in manifest["candidates"] if c["index"] not in firsts])
     if kind == "cuda":
         cache = os.path.join(batch_dir, KERNEL_CACHE)
         workers = compile_workers if compile_workers is not None else \

@@ -57,6 +57,10 @@ def test_pack_measure_ingest_round_trip_and_resume(first_batch, tmp_path):
     # a half-measured run continues where it stopped: keep 3 lines, measure the rest again
     lines = open(os.path.join(batch, "results.jsonl")).read().splitlines()
     firsts = [line for line in lines if not json.loads(line)["retry"]]
+    # measured in turns over the workloads (the manifest lists them one after the other)
+    workload = {c["index"]: c["workload_key"] for c in manifest["candidates"]}
+    assert [c["workload_key"] for c in manifest["candidates"]] == [DENSE] * 4 + [SOFTMAX] * 4
+    assert [workload[json.loads(line)["index"]] for line in firsts] == [DENSE, SOFTMAX] * 4
     partial = str(tmp_path / "partial.jsonl")
     with open(partial, "w") as handle:
         handle.write("\n".join(firsts[:3]) + "\n" + firsts[3][:20])  # a torn last line
