@@ -7,8 +7,10 @@ the TVM runtime (`TVM_USE_RUNTIME_LIB=1` makes `import tvm` load libtvm_runtime 
 and, for CUDA, NVRTC (cuda-python and nvidia-cuda-nvrtc: `tvm.support.nvcc` compiles a
 kernel's CUDA source when its module is loaded). It imports nothing else of this project.
 
-A CUDA kernel built without a CUDA toolkit keeps its CUDA source, which NVRTC compiles when
-the module is loaded (0.1-0.5 s a kernel). That compilation runs first, in parallel worker
+With the runtime alone `import tvm` loads no device backend, so this loads TVM's CUDA runtime
+library itself. A CUDA kernel built without a CUDA toolkit keeps its CUDA source, which NVRTC
+compiles when the module is loaded (0.1-0.5 s a kernel), for the architecture of the batch's
+target (TVM's own callback would ask the compiler library, which is absent, for it). That compilation runs first, in parallel worker
 processes (`--compile-workers`, all cores but one by default), into a cache keyed by the
 source's hash; the measuring process then loads each module from the cache, so one core times
 while the others compile nothing in its way.
@@ -117,7 +119,6 @@ def _host_cpu() -> str:
 
 
 def _inputs(args_info: list, dev, rng) -> list:
-    import numpy as np
     import tvm
 
     out = []
@@ -152,16 +153,66 @@ def cache_kernel_compiles(cache_dir: str, compile_fn) -> callable:
     return compile_cached
 
 
-def use_kernel_cache(cache_dir: str) -> None:
+DEVICE_RUNTIMES = {"cuda": "tvm_runtime_cuda"}  # libraries of TVM's device backends, by kind
+
+
+def load_device_runtime(kind: str) -> None:
+    """Load the TVM runtime library of `kind`'s devices (libtvm_runtime_cuda for CUDA), which
+    registers their device API and module loaders. `import tvm` does so only with the full
+    install: with the runtime alone (`TVM_USE_RUNTIME_LIB=1`) it loads no device backend, and a
+    GPU would look absent. Raises OSError where the library does not load (no CUDA driver)."""
+    from pathlib import Path
+
+    from tvm.base import _LOADED_LIBS
+    from tvm_ffi.libinfo import load_lib_ctypes
+
+    name = DEVICE_RUNTIMES.get(kind)
+    if name is None or name in _LOADED_LIBS:
+        return
+    runtime_dir = Path(_LOADED_LIBS["tvm_runtime"]._name).resolve().parent
+    try:
+        _LOADED_LIBS[name] = load_lib_ctypes(package="tvm", target_name=name,
+                                             extra_lib_paths=[runtime_dir], mode="RTLD_LOCAL")
+    except RuntimeError as err:  # tvm_ffi's "cannot find the library"
+        raise OSError(str(err)) from None
+
+
+def cuda_arch(target: dict, dev) -> str:
+    """The architecture to compile a batch's kernels for: its target's ("sm_90a" for
+    nvidia/nvidia-h100), else the device's, spelled as TVM does ("a" from compute 9.0 on)."""
+    if target.get("arch"):
+        return str(target["arch"])
+    major, minor = dev.compute_version.split(".")
+    return f"sm_{major}{minor}" + ("a" if int(major) >= 9 else "")
+
+
+def use_kernel_cache(cache_dir: str, arch: str | None = None) -> None:
     """Route TVM's CUDA compilation (the NVRTC callback of `tvm.support.nvcc`) through the
-    cache. Also the initializer of the compiling workers."""
+    cache. Also the initializer of the compiling workers.
+
+    `arch` is required with the runtime alone: the callback otherwise asks TVM's compiler
+    library for the current target (`Target.current`), which the runtime does not have, and
+    every kernel fails to load. `TVM_CUDA_COMPILE_MODE` (nvrtc, nvcc) is honoured as by TVM."""
     import tvm  # noqa: F401
-    import tvm.support.nvcc  # noqa: F401  (registers the NVRTC callback)
+    from tvm.support import nvcc  # registers the NVRTC callback
     import tvm_ffi
 
-    original = tvm_ffi.get_global_func(CUDA_COMPILE_CALLBACK)
+    if arch is None:
+        compile_fn = tvm_ffi.get_global_func(CUDA_COMPILE_CALLBACK)
+    else:
+        mode = os.environ.get("TVM_CUDA_COMPILE_MODE", "nvrtc").lower()
+        target_format = "fatbin" if mode == "nvcc" else "cubin"
+
+        def compile_fn(code: str):
+            return nvcc.compile_cuda(code, target_format=target_format, arch=arch,
+                                     compiler=mode)
     tvm_ffi.register_global_func(CUDA_COMPILE_CALLBACK,
-                                 cache_kernel_compiles(cache_dir, original), override=True)
+                                 cache_kernel_compiles(cache_dir, compile_fn), override=True)
+
+
+def _init_precompile(cache_dir: str, arch: str | None) -> None:
+    load_device_runtime("cuda")  # the worker loads CUDA modules
+    use_kernel_cache(cache_dir, arch)
 
 
 def _precompile(path: str) -> bool:
@@ -175,14 +226,15 @@ def _precompile(path: str) -> bool:
         return False
 
 
-def precompile(batch_dir: str, candidates: list[dict], cache_dir: str, workers: int) -> int:
-    """Compile the kernels of `candidates` into `cache_dir` with `workers` processes; returns
-    how many modules loaded."""
+def precompile(batch_dir: str, candidates: list[dict], cache_dir: str, workers: int,
+               arch: str | None = None) -> int:
+    """Compile the kernels of `candidates` for `arch` into `cache_dir` with `workers`
+    processes; returns how many modules loaded."""
     import multiprocessing
 
     paths = [os.path.join(batch_dir, ARTIFACTS, c["artifact"]) for c in candidates]
-    with multiprocessing.get_context("spawn").Pool(workers, use_kernel_cache,
-                                                   (cache_dir,)) as pool:
+    with multiprocessing.get_context("spawn").Pool(workers, _init_precompile,
+                                                   (cache_dir, arch)) as pool:
         return sum(pool.imap_unordered(_precompile, paths, chunksize=4))
 
 
@@ -236,10 +288,15 @@ def measure_batch(batch_dir: str, results_path: str | None = None, progress: boo
     kind = manifest["device_type"]
     import tvm
 
+    where = f"run this where the batch's target ({manifest['target_kind']}) can be measured"
+    try:
+        load_device_runtime(kind)
+    except OSError as err:
+        raise BatchError(f"this host has no {kind} device: TVM's {kind} runtime library does "
+                         f"not load here ({err}); {where}") from None
     dev = tvm.device(kind, 0)
     if not dev.exist:
-        raise BatchError(f"this host has no {kind} device; run this where the batch's target "
-                         f"({manifest['target_kind']}) can be measured")
+        raise BatchError(f"this host has no {kind} device; {where}")
     device = device_description(dev, kind)
     host_cpu = _host_cpu()
     # the runtime's CPU threads (what a CPU measurement depends on; none for a GPU kernel)
@@ -251,16 +308,17 @@ def measure_batch(batch_dir: str, results_path: str | None = None, progress: boo
     counts = {"measured": 0, "retried": 0, "total": len(manifest["candidates"])}
     todo = interleaved([c for c in manifest["candidates"] if c["index"] not in firsts])
     if kind == "cuda":
+        arch = cuda_arch(json.loads(manifest["target"]), dev)
         cache = os.path.join(batch_dir, KERNEL_CACHE)
         workers = compile_workers if compile_workers is not None else \
             max(1, (os.cpu_count() or 2) - 1)
         if workers > 1 and todo:
             start = time.perf_counter()
-            loaded = precompile(batch_dir, todo, cache, workers)
+            loaded = precompile(batch_dir, todo, cache, workers, arch)
             if progress:
                 print(f"compiled the kernels of {loaded}/{len(todo)} candidates with {workers} "
                       f"processes in {time.perf_counter() - start:.1f} s", file=sys.stderr)
-        use_kernel_cache(cache)
+        use_kernel_cache(cache, arch)
     retry_cv = manifest.get("retry_cv")
     with open(results_path, "a", encoding="utf-8") as out:
         def write(cand: dict, retry: bool) -> dict:

@@ -148,6 +148,10 @@ def test_cuda_batch_is_built_here_and_refused_without_a_gpu(tmp_path):
         assert os.path.getsize(os.path.join(batch, "artifacts", cand["artifact"])) > 0
     proc = measure_runtime_only(batch)
     assert proc.returncode == 2 and "this host has no cuda device" in proc.stderr
+    if not os.path.exists("/dev/nvidiactl"):  # the runtime alone loaded TVM's CUDA library,
+        # which stops at the missing driver (it would otherwise look for no CUDA device at all)
+        assert "TVM's cuda runtime library does not load here" in proc.stderr, proc.stderr
+        assert "libcuda.so.1" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and not os.path.exists(
         os.path.join(batch, "results.jsonl"))
 
@@ -196,30 +200,77 @@ def test_draw_workers_below_one_is_one_line(tmp_path):
     assert not (tmp_path / "b").exists()
 
 
-def test_a_runtime_bundle_alone_measures_a_batch(first_batch, tmp_path):
-    """The isolated device host: the tvm package from the bundle (no compiler library), not
-    the installed one, measures a packed batch."""
+PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def runtime_site(tmp_path_factory):
+    """The tvm package of `datagen runtime-bundle` (no compiler library), unpacked."""
     import tarfile
 
-    _, batch = first_batch
-    bundle = str(tmp_path / "tvm-runtime.tar.gz")
+    root = tmp_path_factory.mktemp("bundle")
+    bundle = str(root / "tvm-runtime.tar.gz")
     proc = run_cli("runtime-bundle", bundle, check=True)
     assert "without its compiler" in proc.stdout
-    site = tmp_path / "site"
+    site = root / "site"
     with tarfile.open(bundle) as tar:
         names = tar.getnames()
         assert not any(n.endswith("libtvm_compiler.so") for n in names)
         tar.extractall(site, filter="data")
+    return str(site)
+
+
+def run_with_bundle(site: str, code: str, *args: str) -> subprocess.CompletedProcess:
+    """Python `code` in a process whose tvm is the bundle's, with the runtime alone."""
+    env = {**os.environ, "TVM_USE_RUNTIME_LIB": "1", "PYTHONPATH": f"{site}:{PROJECT}"}
+    code = "import sys, tvm; assert tvm.__file__.startswith(sys.argv[1]), tvm.__file__\n" + code
+    return subprocess.run([sys.executable, "-c", code, site, *args], capture_output=True,
+                          text=True, env=env, timeout=CLI_TIMEOUT_SEC)
+
+
+def test_a_runtime_bundle_alone_measures_a_batch(first_batch, runtime_site, tmp_path):
+    """The isolated device host: the tvm package from the bundle (no compiler library), not
+    the installed one, measures a packed batch."""
+    _, batch = first_batch
     copy = str(tmp_path / "batch")
     shutil.copytree(batch, copy, ignore=shutil.ignore_patterns("results.jsonl"))
-    project = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {**os.environ, "TVM_USE_RUNTIME_LIB": "1", "PYTHONPATH": f"{site}:{project}"}
-    code = ("import sys, tvm; assert tvm.__file__.startswith(sys.argv[1]), tvm.__file__; "
-            "from datagen.batch_measure import main; sys.exit(main(sys.argv[2:]))")
-    proc = subprocess.run([sys.executable, "-c", code, str(site), copy, "--no-progress"],
-                          capture_output=True, text=True, env=env, timeout=CLI_TIMEOUT_SEC)
+    proc = run_with_bundle(runtime_site, "from datagen.batch_measure import main\n"
+                           "sys.exit(main(sys.argv[2:]))", copy, "--no-progress")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "measured 8 of 8" in proc.stdout
+
+
+def test_the_runtime_alone_compiles_kernels_for_the_batch_architecture(runtime_site, tmp_path):
+    """With the runtime alone there is no `Target.current` (a compiler-library function), which
+    TVM's own CUDA compile callback asks for the architecture: the measuring side's callback
+    passes the batch target's instead (a stand-in records what NVRTC is asked: NVRTC and the
+    CUDA headers are not installed here)."""
+    from datagen.tvm_env import make_target, target_json
+
+    code = """import json
+import tvm.support.nvcc as nvcc, tvm_ffi
+from tvm.target import Target
+from datagen.batch_measure import CUDA_COMPILE_CALLBACK, cuda_arch, use_kernel_cache
+try:
+    Target.current(allow_none=True)
+    print("Target.current works")
+except AttributeError:
+    print("no Target.current")
+asked = []
+nvcc.compile_cuda = lambda code, **options: asked.append(options) or b"cubin"
+use_kernel_cache(sys.argv[3], cuda_arch(json.loads(sys.argv[2]), None))
+binary = tvm_ffi.get_global_func(CUDA_COMPILE_CALLBACK)("__global__ void k() {}")
+print(bytes(binary).decode(), json.dumps(asked))
+"""
+    proc = run_with_bundle(runtime_site, code, target_json(make_target("nvidia/nvidia-h100")),
+                           str(tmp_path / "cache"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first, second = proc.stdout.splitlines()
+    assert first == "no Target.current"
+    binary, asked = second.split(" ", 1)
+    assert binary == "cubin"
+    assert json.loads(asked) == [{"target_format": "cubin", "arch": "sm_90a",
+                                  "compiler": "nvrtc"}]
 
 
 def test_kernel_cache_compiles_each_source_once(tmp_path):
@@ -281,3 +332,13 @@ def test_rounds_drawn_in_worker_processes_equal_rounds_drawn_here():
     assert {origin for *_, origin, _ in second} == {"random", "evolved"}
     assert {round_ for *_, round_ in second} == {1}
     assert not {c[1] for c in second} & {c[1] for c in first}
+
+
+def test_kernels_of_a_target_without_arch_are_compiled_for_the_device():
+    from types import SimpleNamespace
+
+    from datagen.batch_measure import cuda_arch
+
+    assert cuda_arch({"kind": "cuda", "arch": "sm_80"}, None) == "sm_80"
+    assert cuda_arch({"kind": "cuda"}, SimpleNamespace(compute_version="9.0")) == "sm_90a"
+    assert cuda_arch({"kind": "cuda"}, SimpleNamespace(compute_version="8.6")) == "sm_86"
