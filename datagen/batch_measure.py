@@ -10,10 +10,10 @@ kernel's CUDA source when its module is loaded). It imports nothing else of this
 With the runtime alone `import tvm` loads no device backend, so this loads TVM's CUDA runtime
 library itself. A CUDA kernel built without a CUDA toolkit keeps its CUDA source, which NVRTC
 compiles when the module is loaded (0.1-0.5 s a kernel), for the architecture of the batch's
-target (TVM's own callback would ask the compiler library, which is absent, for it). That compilation runs first, in parallel worker
-processes (`--compile-workers`, all cores but one by default), into a cache keyed by the
-source's hash; the measuring process then loads each module from the cache, so one core times
-while the others compile nothing in its way.
+target (TVM's own callback would ask the absent compiler library for it). That compilation
+runs first, in parallel worker processes (`--compile-workers`, all cores but one by default),
+into a cache keyed by the source's hash; the measuring process then loads each module from the
+cache, so one core times while the others compile nothing in its way.
 
 Candidates are measured in turns over the batch's workloads (a run stopped early leaves no
 workload behind); each is loaded and timed with MetaSchedule's protocol (the

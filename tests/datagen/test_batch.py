@@ -151,7 +151,7 @@ def test_cuda_batch_is_built_here_and_refused_without_a_gpu(tmp_path):
     if not os.path.exists("/dev/nvidiactl"):  # the runtime alone loaded TVM's CUDA library,
         # which stops at the missing driver (it would otherwise look for no CUDA device at all)
         assert "TVM's cuda runtime library does not load here" in proc.stderr, proc.stderr
-        assert "libcuda.so.1" in proc.stderr, proc.stderr
+        assert "libcuda" in proc.stderr, proc.stderr  # the driver, or the CUDA runtime
     assert "Traceback" not in proc.stderr and not os.path.exists(
         os.path.join(batch, "results.jsonl"))
 
