@@ -3,7 +3,9 @@
 Random schedules replay a design-space trace with fresh decisions (what MetaSchedule's
 ReplayTrace does); evolved schedules apply one of the space generator's mutators to a measured
 parent trace (what EvolutionarySearch does), so the data reaches the fast region too. Every
-draw is seeded, and candidates whose trace was already seen are skipped.
+draw is seeded, and candidates whose trace was already seen are skipped. With several
+`threads`, draws are replayed and postprocessed a chunk at a time in parallel (TVM's schedule
+code releases the GIL) and accepted in order: the same candidates as drawn one by one.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -95,14 +98,17 @@ class ScheduleSampler:
         target: a `tvm.target.Target`.
         context: a MetaSchedule `TuneContext` of `mod` whose space generator to use (default:
             a fresh one with the post-order-apply generator).
+        threads: threads that replay and postprocess draws in parallel (the candidates do not
+            depend on it).
     """
 
-    def __init__(self, mod, target, context=None):
+    def __init__(self, mod, target, context=None, threads: int = 1):
         from tvm.s_tir import meta_schedule as ms
 
         load_tensor_intrinsics(target.kind.name)
         self.mod = mod
         self.target = target
+        self.threads = max(1, int(threads))
         self.max_attempts = MAX_ATTEMPTS_PER_CANDIDATE if target.kind.name == "llvm" \
             else MAX_ATTEMPTS_PER_CANDIDATE_GPU
         self.context = context or ms.TuneContext(
@@ -145,43 +151,70 @@ class ScheduleSampler:
         seen.add(digest)
         return Candidate(mod=sch.mod, trace_json=text, trace_hash=digest, sch=sch, **fields)
 
+    def _finished(self, attempts: Iterable[tuple]) -> Iterator[tuple]:
+        """(`_finish(trace, seed)`, info) for each (trace, seed, info) of `attempts`, in order;
+        with several threads, `4 * threads` attempts at a time in parallel (so at most one
+        such chunk is drawn in vain once the caller has what it wants)."""
+        attempts = iter(attempts)
+        if self.threads == 1:
+            for trace, seed, info in attempts:
+                yield self._finish(trace, seed), info
+            return
+        from concurrent.futures import ThreadPoolExecutor
+        from itertools import islice
+
+        with ThreadPoolExecutor(self.threads) as pool:
+            while chunk := list(islice(attempts, 4 * self.threads)):
+                yield from zip(pool.map(lambda a: self._finish(a[0], a[1]), chunk),
+                               (info for _, _, info in chunk))
+
     def random(self, n: int, seed: int, seen: set[str]) -> list[Candidate]:
         """Up to `n` new random schedules; `seen` (trace hashes) is updated."""
         from tvm.s_tir import Trace
 
         rng = np.random.default_rng(seed)
         out: list[Candidate] = []
-        for _ in range(n * self.max_attempts):
-            if len(out) == n or not self.spaces:
-                break
-            space = self.spaces[rng.integers(len(self.spaces))]
-            sch = self._finish(Trace(space.insts, {}), int(rng.integers(1, 2**31 - 1)))
+        if n <= 0 or not self.spaces:
+            return out
+
+        def attempts():
+            for _ in range(n * self.max_attempts):
+                space = self.spaces[rng.integers(len(self.spaces))]
+                yield Trace(space.insts, {}), int(rng.integers(1, 2**31 - 1)), None
+
+        for sch, _ in self._finished(attempts()):
             cand = sch and self._accept(sch, seen, origin="random")
             if cand:
                 out.append(cand)
+                if len(out) == n:
+                    break
         return out
 
     def evolve(self, parents: list[str], n: int, seed: int, seen: set[str]) -> list[Candidate]:
         """Up to `n` new schedules, each one mutation of a parent trace (JSON text)."""
         from tvm.s_tir.meta_schedule import _ffi_api
 
-        if not parents or not self.mutators:
+        if not parents or not self.mutators or n <= 0:
             return []
         rng = np.random.default_rng(seed)
         traces = [replay(self.mod, p).trace for p in parents]
         hashes = [trace_hash(p) for p in parents]
         out: list[Candidate] = []
-        for _ in range(n * self.max_attempts):
-            if len(out) == n:
-                break
-            i = int(rng.integers(len(traces)))
-            mutator = self.mutators[rng.choice(len(self.mutators), p=self.mutator_probs)]
-            mutated = _ffi_api.MutatorApply(mutator, traces[i], int(rng.integers(1, 2**31 - 1)))
-            if mutated is None:
-                continue
-            sch = self._finish(mutated, int(rng.integers(1, 2**31 - 1)))
+
+        def attempts():  # mutations stay in this thread, in order (a failed one draws no seed)
+            for _ in range(n * self.max_attempts):
+                i = int(rng.integers(len(traces)))
+                mutator = self.mutators[rng.choice(len(self.mutators), p=self.mutator_probs)]
+                mutated = _ffi_api.MutatorApply(mutator, traces[i],
+                                                int(rng.integers(1, 2**31 - 1)))
+                if mutated is not None:
+                    yield mutated, int(rng.integers(1, 2**31 - 1)), (i, mutator)
+
+        for sch, (i, mutator) in self._finished(attempts()):
             cand = sch and self._accept(sch, seen, origin="evolved", parent_hash=hashes[i],
                                         mutator=str(mutator).rsplit(".", 1)[-1])
             if cand:
                 out.append(cand)
+                if len(out) == n:
+                    break
         return out

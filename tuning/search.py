@@ -190,7 +190,9 @@ class BayesOptSearch(PySearchStrategy):
             raise UserError(f"the checkpoint was trained for {self.predictor.target_kind} "
                             f"targets, not {context.target.kind.name}; pass a checkpoint "
                             "trained for this target")
-        self.sampler = ScheduleSampler(context.mod, context.target, context)
+        # as many threads as MetaSchedule's own search uses (the tune context's)
+        self.sampler = ScheduleSampler(context.mod, context.target, context,
+                                       threads=context.num_threads)
 
     def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces,
                    database=None, cost_model=None) -> None:

@@ -70,3 +70,25 @@ def test_cuda_sampling_and_lowering_without_a_gpu():
     # most random tilings of a larger matmul break the GPU's limits: a round is still full
     big = ScheduleSampler(Workload("dense", (128, 768, 768)).mod, make_target("nvidia/nvidia-h100"))
     assert len(big.random(8, seed=0, seen=set())) == 8
+
+
+def _drawn(sampler, parents=None):
+    seen: set[str] = set()
+    if parents is None:
+        return [c.trace_hash for c in sampler.random(8, seed=11, seen=seen)], seen
+    return [(c.trace_hash, c.parent_hash, c.mutator)
+            for c in sampler.evolve(parents, 8, seed=12, seen=seen)], seen
+
+
+@pytest.mark.parametrize("target", [None, "nvidia/nvidia-h100"])
+def test_threads_draw_the_same_candidates(target):
+    """In parallel threads a round is the same as drawn one by one, also where the GPU's
+    limits reject most draws (a chunk drawn in vain after the last is not marked seen)."""
+    mod = Workload("dense", (128, 768, 768) if target else (32, 32, 32)).mod
+    one = ScheduleSampler(mod, make_target(target))
+    four = ScheduleSampler(mod, make_target(target), threads=4)
+    drawn, seen = _drawn(one)
+    assert len(drawn) == 8 and _drawn(four) == (drawn, seen)
+    parents = [c.trace_json for c in one.random(2, seed=3, seen=set())]
+    children, seen = _drawn(one, parents)
+    assert children and _drawn(four, parents) == (children, seen)
