@@ -1,6 +1,7 @@
 """Benchmark: where a candidate's build time goes, alone and with every core building.
 
-Draws --candidates random schedules of each workload for --target, then builds them as
+Draws --candidates random schedules of each workload for --target (timed on one thread and on
+--workers threads, which must draw the same candidates), then builds them as
 `datagen` does (MetaSchedule's `default_build`, exported as a shared library) twice: in this
 process one at a time, timing the phases (lowering and code generation; export, which links
 with the host compiler), and with `PersistentBuilder` on --workers processes, timing the wall
@@ -45,11 +46,20 @@ def main() -> None:
     from datagen.workloads import resolve
 
     target = make_target(args.target)
-    start = time.perf_counter()
-    mods = [c.mod for w in resolve(args.workloads)
-            for c in ScheduleSampler(w.mod, target).random(args.candidates, 0, set())]
-    print(f"drew {len(mods)} candidates of {len(args.workloads)} workloads for "
-          f"{target.kind.name} in {time.perf_counter() - start:.1f} s")
+    workloads = resolve(args.workloads)
+    samplers = {threads: [ScheduleSampler(w.mod, target, threads=threads) for w in workloads]
+                for threads in sorted({1, args.workers})}
+    drawn = {}
+    for threads, per_workload in samplers.items():
+        start = time.perf_counter()
+        drawn[threads] = [c for s in per_workload for c in s.random(args.candidates, 0, set())]
+        print(f"drew {len(drawn[threads])} candidates of {len(workloads)} workloads for "
+              f"{target.kind.name} in {time.perf_counter() - start:.1f} s on {threads} "
+              f"thread(s)")
+    hashes = {threads: [c.trace_hash for c in cands] for threads, cands in drawn.items()}
+    if hashes[1] != hashes[args.workers]:
+        raise SystemExit("error: drawing on several threads gave other candidates than on one")
+    mods = [c.mod for c in drawn[1]]
 
     lower, export = [], []
     with tempfile.TemporaryDirectory() as tmp:
