@@ -213,8 +213,9 @@ def _draw_elsewhere(job: tuple) -> list[tuple]:
 
     from datagen.tvm_env import make_target
 
-    definition, target_text, cfg, key, st, n = job
-    sampler = ScheduleSampler(tvm.ir.load_json(definition), make_target(json.loads(target_text)))
+    definition, target_text, cfg, key, st, n, threads = job
+    sampler = ScheduleSampler(tvm.ir.load_json(definition), make_target(json.loads(target_text)),
+                              threads=threads)
     return [(tvm.ir.save_json(c.mod), c.trace_json, c.trace_hash, c.origin, c.parent_hash,
              c.mutator) for c in draw_round(sampler, cfg, key, st, n)]
 
@@ -235,13 +236,16 @@ def _die_with_parent() -> None:
 class RoundDrawer:
     """Draws workloads' next rounds, each exactly as `draw_round` draws it: in this process
     (samplers kept), or in `workers` spawned processes that live as long as the drawer (each
-    first imports TVM and the target's tensor intrinsics: 15-20 s for CUDA on 2 cores)."""
+    first imports TVM and the target's tensor intrinsics: 15-20 s for CUDA on 2 cores). The
+    rounds drawn at once share `cores` threads (a GPU's limits reject most random draws)."""
 
-    def __init__(self, cfg: CollectConfig, workers: int):
+    def __init__(self, cfg: CollectConfig, workers: int, cores: int = 1):
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         self.cfg = cfg
+        self.cores = max(1, cores)
+        self.workers = workers
         self.samplers: dict[str, ScheduleSampler] = {}
         self.pool = None
         if workers >= 2:
@@ -261,13 +265,15 @@ class RoundDrawer:
         if self.pool is None:
             for w, st, n in jobs:
                 if w.key not in self.samplers:
-                    self.samplers[w.key] = ScheduleSampler(w.mod, self.cfg.target)
+                    self.samplers[w.key] = ScheduleSampler(w.mod, self.cfg.target,
+                                                           threads=self.cores)
                 rounds.append(draw_round(self.samplers[w.key], self.cfg, w.key, st, n))
                 if bar is not None:
                     bar.update()
             return rounds
+        threads = max(1, self.cores // max(1, min(len(jobs), self.workers)))
         futures = [self.pool.submit(_draw_elsewhere, (w.definition(), self.target_text,
-                                                      self.slim, w.key, st, n))
+                                                      self.slim, w.key, st, n, threads))
                    for w, st, n in jobs]
         for future in futures:
             rounds.append([Candidate(tvm.ir.load_json(mod), *rest)
@@ -301,7 +307,7 @@ def draw_rounds(cfg: CollectConfig, states: dict[str, WorkloadState],
             jobs.append((w, st, min(cfg.batch_size, cfg.per_workload - st.count)))
     workers = cfg.draw_workers or (usable_cores() if len(jobs) >= PARALLEL_DRAW_MIN_WORKLOADS
                                    else 1)
-    drawer = RoundDrawer(cfg, min(workers, len(jobs)))
+    drawer = RoundDrawer(cfg, min(workers, len(jobs)), usable_cores())
     try:
         with tqdm(total=len(jobs), desc="draw", unit="wl", disable=not progress) as bar:
             rounds = drawer.draw(jobs, bar)
@@ -377,7 +383,8 @@ class _Collection:
             w = next_workload(self.pending, self.states, self.order)
             self.bar.set_description(w.key[:48])
             if w.key not in samplers:
-                samplers[w.key] = ScheduleSampler(w.mod, self.cfg.target)
+                # drawn before the round is measured, not while: every core may draw
+                samplers[w.key] = ScheduleSampler(w.mod, self.cfg.target, threads=usable_cores())
             cands = draw_round(samplers[w.key], self.cfg, w.key, self.states[w.key],
                                self.wanted(w))
             if not cands:
@@ -393,7 +400,7 @@ class _Collection:
         from datagen.builder import remove_artifact
 
         self.summary.overlapped = True
-        drawer = RoundDrawer(self.cfg, workers)
+        drawer = RoundDrawer(self.cfg, workers, max(1, usable_cores() - 1))  # one core measures
         background = ThreadPoolExecutor(1, thread_name_prefix="datagen-prepare")
 
         def prepare(wave: list[Workload]) -> tuple:
