@@ -39,6 +39,7 @@ import time
 
 MANIFEST, RESULTS, ARTIFACTS = "manifest.json", "results.jsonl", "artifacts"
 KERNEL_CACHE = "kernel-cache"  # compiled CUDA kernels, by the hash of their source
+COMPILE_WAIT_SEC = 300  # the longest the measuring waits for one module's compilation
 CUDA_COMPILE_CALLBACK = "tvm_callback_cuda_compile"
 FAILED_SECS = 1e9  # MetaSchedule reports a failed run as 1e10 s
 MAX_ERROR_CHARS = 2000
@@ -119,6 +120,8 @@ def _host_cpu() -> str:
 
 
 def _inputs(args_info: list, dev, rng) -> list:
+    """Fresh random inputs on `dev`: floats uniform in [-1, 1), integers in [0, 8)."""
+    import numpy as np
     import tvm
 
     out = []
@@ -127,6 +130,10 @@ def _inputs(args_info: list, dev, rng) -> list:
             data = rng.integers(0, 8, size=shape).astype(dtype)
         elif dtype == "bool":
             data = rng.integers(0, 2, size=shape).astype(bool)
+        elif dtype in ("float32", "float64"):  # drawn in their own precision: 2-3x faster
+            data = rng.random(size=shape, dtype=dtype)
+            np.multiply(data, 2, out=data)
+            np.subtract(data, 1, out=data)
         else:
             data = rng.uniform(-1, 1, size=shape).astype(dtype)
         out.append(tvm.runtime.tensor(data, dev))
@@ -210,9 +217,20 @@ def use_kernel_cache(cache_dir: str, arch: str | None = None) -> None:
                                  cache_kernel_compiles(cache_dir, compile_fn), override=True)
 
 
-def _init_precompile(cache_dir: str, arch: str | None) -> None:
-    load_device_runtime("cuda")  # the worker loads CUDA modules
-    use_kernel_cache(cache_dir, arch)
+def _pin(cpus: list[int]) -> None:
+    """Run this process on `cpus` only (nothing where the platform cannot)."""
+    if cpus and hasattr(os, "sched_setaffinity"):
+        try:
+            os.sched_setaffinity(0, cpus)
+        except OSError:
+            pass
+
+
+def _init_precompile(cache_dir: str | None, arch: str | None, cpus: list[int]) -> None:
+    _pin(cpus)
+    if cache_dir is not None:
+        load_device_runtime("cuda")  # the worker loads CUDA modules
+        use_kernel_cache(cache_dir, arch)
 
 
 def _precompile(path: str) -> bool:
@@ -226,16 +244,61 @@ def _precompile(path: str) -> bool:
         return False
 
 
-def precompile(batch_dir: str, candidates: list[dict], cache_dir: str, workers: int,
-               arch: str | None = None) -> int:
-    """Compile the kernels of `candidates` for `arch` into `cache_dir` with `workers`
-    processes; returns how many modules loaded."""
-    import multiprocessing
+class CompileAhead:
+    """Compile the kernels of candidates in worker processes, in measuring order, while the
+    measuring process times those already compiled.
 
-    paths = [os.path.join(batch_dir, ARTIFACTS, c["artifact"]) for c in candidates]
-    with multiprocessing.get_context("spawn").Pool(workers, _init_precompile,
-                                                   (cache_dir, arch)) as pool:
-        return sum(pool.imap_unordered(_precompile, paths, chunksize=4))
+    NVRTC takes 0.1-0.5 s of a core a kernel and one GPU times a candidate in about 50 ms, so
+    `workers` processes run far ahead after the first few and the measuring never waits for
+    the whole batch's compilation. The workers keep off the measuring process's core: where
+    more than one CPU is available, the measuring process is pinned to the last and the
+    workers to the others until `close`. With `cache_dir` None the workers only load each
+    module (no CUDA: what the tests use).
+    """
+
+    def __init__(self, paths: list[str], workers: int, cache_dir: str | None = None,
+                 arch: str | None = None):
+        import multiprocessing
+
+        self.cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        split = len(self.cpus) > 1
+        self.start = time.perf_counter()
+        self.workers = workers
+        self._pool = multiprocessing.get_context("spawn").Pool(
+            workers, _init_precompile, (cache_dir, arch, self.cpus[:-1] if split else []))
+        self._jobs = [self._pool.apply_async(_precompile, (path,)) for path in paths]
+        self._finished = 0  # self._jobs[:self._finished] are done
+        self.secs: float | None = None  # until every job is done
+        _pin(self.cpus[-1:] if split else [])
+
+    def wait(self, i: int) -> bool:
+        """Block until the `i`-th module is compiled; whether it loaded (False as well where
+        its worker died or took over `COMPILE_WAIT_SEC`: measuring it then compiles it in
+        the measuring process, or reports the error)."""
+        import multiprocessing
+
+        try:
+            return self._jobs[i].get(COMPILE_WAIT_SEC)
+        except multiprocessing.TimeoutError:
+            return False
+
+    def busy(self) -> bool:
+        """Whether the workers are still compiling."""
+        while self._finished < len(self._jobs) and self._jobs[self._finished].ready():
+            self._finished += 1
+        if self._finished == len(self._jobs) and self.secs is None:
+            self.secs = time.perf_counter() - self.start
+        return self.secs is None
+
+    def loaded(self) -> int:
+        """How many of the modules compiled so far loaded."""
+        return sum(job.get() for job in self._jobs[:self._finished])
+
+    def close(self) -> None:
+        """Stop the workers (at once, where some are still compiling) and unpin."""
+        self._pool.terminate()
+        self._pool.join()
+        _pin(self.cpus)
 
 
 def interleaved(candidates: list[dict]) -> list[dict]:
@@ -251,28 +314,34 @@ def interleaved(candidates: list[dict]) -> list[dict]:
 
 
 def measure_one(batch_dir: str, cand: dict, protocol: dict, dev, rng) -> dict:
-    """Load and time one candidate: {"status", "latencies", "error", "run_secs"}."""
+    """Load and time one candidate: {"status", "latencies", "error", "run_secs"} and the
+    seconds spent loading the module and making its inputs ("load_secs", "inputs_secs")."""
     import tvm
 
     start = time.perf_counter()
+    phases = {"load_secs": None, "inputs_secs": None}
     try:
         mod = tvm.runtime.load_module(os.path.join(batch_dir, ARTIFACTS, cand["artifact"]))
+        loaded = time.perf_counter()
+        phases["load_secs"] = loaded - start
         args = _inputs(cand["args"], dev, rng)
+        dev.sync()
+        phases["inputs_secs"] = time.perf_counter() - loaded
         evaluator = mod.time_evaluator(mod.entry_name, dev, number=protocol["number"],
                                        repeat=protocol["repeat"],
                                        min_repeat_ms=protocol["min_repeat_ms"])
-        dev.sync()
         latencies = [float(x) for x in evaluator(*args).results]
     except Exception as err:  # noqa: BLE001  (a kernel fails in any way the runtime reports)
         return {"status": "run_error", "latencies": [], "error": str(err)[-MAX_ERROR_CHARS:],
-                "run_secs": time.perf_counter() - start}
+                "run_secs": time.perf_counter() - start, **phases}
     ok = latencies and all(math.isfinite(x) and 0 < x < FAILED_SECS for x in latencies)
     return {"status": "ok" if ok else "run_error", "latencies": latencies,
-            "error": "" if ok else "non-finite latency", "run_secs": time.perf_counter() - start}
+            "error": "" if ok else "non-finite latency", "run_secs": time.perf_counter() - start,
+            **phases}
 
 
 def measure_batch(batch_dir: str, results_path: str | None = None, progress: bool = True,
-                  compile_workers: int | None = None) -> dict:
+                  compile_workers: int | None = None, compile_first: bool = False) -> dict:
     """Measure every candidate of a batch not yet in its results file; see the module doc.
 
     Returns {"measured": n, "retried": n, "total": n}.
@@ -307,46 +376,62 @@ def measure_batch(batch_dir: str, results_path: str | None = None, progress: boo
     rng = np.random.default_rng(0)
     counts = {"measured": 0, "retried": 0, "total": len(manifest["candidates"])}
     todo = interleaved([c for c in manifest["candidates"] if c["index"] not in firsts])
+    ahead = None
     if kind == "cuda":
         arch = cuda_arch(json.loads(manifest["target"]), dev)
         cache = os.path.join(batch_dir, KERNEL_CACHE)
         workers = compile_workers if compile_workers is not None else \
             max(1, (os.cpu_count() or 2) - 1)
         if workers > 1 and todo:
-            start = time.perf_counter()
-            loaded = precompile(batch_dir, todo, cache, workers, arch)
-            if progress:
-                print(f"compiled the kernels of {loaded}/{len(todo)} candidates with {workers} "
-                      f"processes in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+            ahead = CompileAhead([os.path.join(batch_dir, ARTIFACTS, c["artifact"])
+                                  for c in todo], workers, cache, arch)
         use_kernel_cache(cache, arch)
     retry_cv = manifest.get("retry_cv")
-    with open(results_path, "a", encoding="utf-8") as out:
-        def write(cand: dict, retry: bool) -> dict:
-            result = measure_one(batch_dir, cand, manifest["protocol"], dev, rng)
-            if result["status"] != "ok" and not tvm.device(kind, 0).exist:
-                raise BatchError(f"the {kind} device disappeared after {len(firsts)} "
-                                 f"candidates; they are kept in {results_path}: run the same "
-                                 "command again to measure the rest")
-            line = {"batch": batch_id, "index": cand["index"], "trace_hash": cand["trace_hash"],
-                    "retry": retry, "device": device, "host_cpu": host_cpu,
-                    "threads": threads, **result}
-            out.write(json.dumps(line) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-            return line
+    reported = False
+    try:
+        if ahead is not None and compile_first:
+            for i in range(len(todo)):
+                ahead.wait(i)
+        with open(results_path, "a", encoding="utf-8") as out:
+            def write(cand: dict, retry: bool, compiling: bool = False) -> dict:
+                result = measure_one(batch_dir, cand, manifest["protocol"], dev, rng)
+                if result["status"] != "ok" and not tvm.device(kind, 0).exist:
+                    raise BatchError(f"the {kind} device disappeared after {len(firsts)} "
+                                     f"candidates; they are kept in {results_path}: run the "
+                                     "same command again to measure the rest")
+                line = {"batch": batch_id, "index": cand["index"],
+                        "trace_hash": cand["trace_hash"], "retry": retry, "device": device,
+                        "host_cpu": host_cpu, "threads": threads, "compiling": compiling,
+                        **result}
+                out.write(json.dumps(line) + "\n")
+                out.flush()
+                os.fsync(out.fileno())
+                return line
 
-        for i, cand in enumerate(todo):
-            firsts[cand["index"]] = write(cand, retry=False)
-            counts["measured"] += 1
-            if progress and (i + 1) % 50 == 0:
-                print(f"measured {i + 1}/{len(todo)}", file=sys.stderr, flush=True)
-        if retry_cv is not None:
-            for cand in manifest["candidates"]:
-                first = firsts[cand["index"]]
-                if first["status"] == "ok" and cand["index"] not in retried and \
-                        _spread(first["latencies"]) > retry_cv:
-                    write(cand, retry=True)
-                    counts["retried"] += 1
+            for i, cand in enumerate(todo):
+                compiling = False
+                if ahead is not None:
+                    ahead.wait(i)
+                    compiling = ahead.busy()
+                    if not compiling and progress and not reported:
+                        reported = True
+                        print(f"compiled the kernels of {ahead.loaded()}/{len(todo)} "
+                              f"candidates with {ahead.workers} processes in {ahead.secs:.1f} s",
+                              file=sys.stderr)
+                firsts[cand["index"]] = write(cand, retry=False, compiling=compiling)
+                counts["measured"] += 1
+                if progress and (i + 1) % 50 == 0:
+                    print(f"measured {i + 1}/{len(todo)}", file=sys.stderr, flush=True)
+            if retry_cv is not None:
+                for cand in manifest["candidates"]:
+                    first = firsts[cand["index"]]
+                    if first["status"] == "ok" and cand["index"] not in retried and \
+                            _spread(first["latencies"]) > retry_cv:
+                        write(cand, retry=True)
+                        counts["retried"] += 1
+    finally:
+        if ahead is not None:
+            ahead.close()
     return counts
 
 
@@ -356,13 +441,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("batch", help="a folder written by datagen pack")
     parser.add_argument("--results", help=f"results file (default BATCH/{RESULTS})")
     parser.add_argument("--compile-workers", type=int, help="processes that compile CUDA "
-                        "kernels before measuring starts (default: all cores but one)")
+                        "kernels ahead of the measuring (default: all cores but one)")
+    parser.add_argument("--compile-first", action="store_true", help="compile every CUDA "
+                        "kernel before measuring starts, so that no candidate is timed while "
+                        "the other cores compile (slower: the GPU waits)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
         counts = measure_batch(args.batch, args.results, progress=not args.no_progress,
-                               compile_workers=args.compile_workers)
+                               compile_workers=args.compile_workers,
+                               compile_first=args.compile_first)
     except BatchError as err:
         print(f"datagen.batch_measure: error: {err}", file=sys.stderr)
         return 2

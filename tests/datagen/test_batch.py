@@ -342,3 +342,56 @@ def test_kernels_of_a_target_without_arch_are_compiled_for_the_device():
     assert cuda_arch({"kind": "cuda", "arch": "sm_80"}, None) == "sm_80"
     assert cuda_arch({"kind": "cuda"}, SimpleNamespace(compute_version="9.0")) == "sm_90a"
     assert cuda_arch({"kind": "cuda"}, SimpleNamespace(compute_version="8.6")) == "sm_86"
+
+
+def test_kernels_compile_ahead_in_measuring_order_off_the_measuring_core(first_batch, tmp_path):
+    """The measuring side compiles CUDA kernels in worker processes while it measures: each
+    module is ready in measuring order, the workers run on every core but the measuring
+    process's, and a module that does not load is reported, not waited for (here the workers
+    load the CPU batch's modules: the same mechanism without CUDA)."""
+    import time
+
+    from datagen.batch_measure import CompileAhead
+
+    _, batch = first_batch
+    manifest = json.load(open(os.path.join(batch, "manifest.json")))
+    paths = [os.path.join(batch, "artifacts", c["artifact"]) for c in manifest["candidates"]]
+    broken = tmp_path / "broken.so"
+    broken.write_bytes(b"not a shared library")
+    cpus = os.sched_getaffinity(0)
+    ahead = CompileAhead(paths + [str(broken)], 2)
+    try:
+        assert [ahead.wait(i) for i in range(len(paths) + 1)] == [True] * len(paths) + [False]
+        deadline = time.time() + 60
+        while ahead.busy() and time.time() < deadline:
+            time.sleep(0.05)
+        assert not ahead.busy() and ahead.secs > 0 and ahead.loaded() == len(paths)
+        if len(cpus) > 1:
+            assert os.sched_getaffinity(0) == {max(cpus)}
+            workers = [p.pid for p in ahead._pool._pool]
+            assert len(workers) == 2
+            while time.time() < deadline and any(  # each pins itself when it starts
+                    os.sched_getaffinity(pid) != cpus - {max(cpus)} for pid in workers):
+                time.sleep(0.05)
+            assert all(os.sched_getaffinity(pid) == cpus - {max(cpus)} for pid in workers)
+    finally:
+        ahead.close()
+    assert os.sched_getaffinity(0) == cpus
+
+
+def test_inputs_are_fresh_and_in_range():
+    import numpy as np
+    import tvm
+
+    from datagen.batch_measure import _inputs
+
+    rng = np.random.default_rng(0)
+    info = [["TENSOR", "float32", [64, 32]], ["TENSOR", "float16", [8]],
+            ["TENSOR", "int32", [16]]]
+    first = [t.numpy() for t in _inputs(info, tvm.cpu(), rng)]
+    again = [t.numpy() for t in _inputs(info, tvm.cpu(), rng)]
+    assert [a.dtype for a in first] == [np.float32, np.float16, np.int32]
+    assert all(a.shape == tuple(s) for a, (_, _, s) in zip(first, info))
+    assert first[0].min() >= -1 and first[0].max() < 1 and first[0].std() > 0.5
+    assert first[2].min() >= 0 and first[2].max() < 8
+    assert not np.array_equal(first[0], again[0])  # each candidate its own values
