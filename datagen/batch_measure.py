@@ -11,16 +11,20 @@ With the runtime alone `import tvm` loads no device backend, so this loads TVM's
 library itself. A CUDA kernel built without a CUDA toolkit keeps its CUDA source, which NVRTC
 compiles when the module is loaded (0.1-0.5 s a kernel), for the architecture of the batch's
 target (TVM's own callback would ask the absent compiler library for it). That compilation
-runs first, in parallel worker processes (`--compile-workers`, all cores but one by default),
-into a cache keyed by the source's hash; the measuring process then loads each module from the
-cache, so one core times while the others compile nothing in its way.
+runs in parallel worker processes (`--compile-workers`, all cores but one by default), in
+measuring order and ahead of the measuring, into a cache keyed by the source's hash; the
+measuring process, pinned to a core of its own while they run, loads each module from the
+cache as soon as it is there, so the GPU does not wait for the whole batch's compilation.
+Lines timed while the workers were still compiling say so ("compiling": true);
+`--compile-first` compiles everything before the first timing instead.
 
 Candidates are measured in turns over the batch's workloads (a run stopped early leaves no
 workload behind); each is loaded and timed with MetaSchedule's protocol (the
 runtime's `time_evaluator`: one discarded warm-up call, then `repeat` repeats of `number` runs,
 `number` raised until a repeat lasts `min_repeat_ms`), and one JSON line per candidate is
-appended to the results file and synced, so a run stopped at any moment loses nothing and the
-same command continues where it stopped. Once every candidate has run, those whose repeats
+appended to the results file and flushed, so a run stopped at any moment loses nothing and the
+same command continues where it stopped (the file is synced to disk once a second: a crash of
+the whole host can lose the last second). Once every candidate has run, those whose repeats
 spread more than the batch's `retry_cv` are measured once more (lines with "retry": true).
 A device that disappears stops the run with one line and exit status 2; what was measured is
 kept.
@@ -40,6 +44,7 @@ import time
 MANIFEST, RESULTS, ARTIFACTS = "manifest.json", "results.jsonl", "artifacts"
 KERNEL_CACHE = "kernel-cache"  # compiled CUDA kernels, by the hash of their source
 COMPILE_WAIT_SEC = 300  # the longest the measuring waits for one module's compilation
+SYNC_EVERY_SEC = 1.0  # results are flushed at every line, synced to disk this often
 CUDA_COMPILE_CALLBACK = "tvm_callback_cuda_compile"
 FAILED_SECS = 1e9  # MetaSchedule reports a failed run as 1e10 s
 MAX_ERROR_CHARS = 2000
@@ -393,6 +398,8 @@ def measure_batch(batch_dir: str, results_path: str | None = None, progress: boo
             for i in range(len(todo)):
                 ahead.wait(i)
         with open(results_path, "a", encoding="utf-8") as out:
+            synced = [time.monotonic()]
+
             def write(cand: dict, retry: bool, compiling: bool = False) -> dict:
                 result = measure_one(batch_dir, cand, manifest["protocol"], dev, rng)
                 if result["status"] != "ok" and not tvm.device(kind, 0).exist:
@@ -404,8 +411,10 @@ def measure_batch(batch_dir: str, results_path: str | None = None, progress: boo
                         "host_cpu": host_cpu, "threads": threads, "compiling": compiling,
                         **result}
                 out.write(json.dumps(line) + "\n")
-                out.flush()
-                os.fsync(out.fileno())
+                out.flush()  # a killed run loses nothing from here on
+                if time.monotonic() - synced[0] >= SYNC_EVERY_SEC:  # not at every line: a
+                    os.fsync(out.fileno())  # sync can take milliseconds, as long as a timing
+                    synced[0] = time.monotonic()
                 return line
 
             for i, cand in enumerate(todo):
@@ -429,6 +438,7 @@ def measure_batch(batch_dir: str, results_path: str | None = None, progress: boo
                             _spread(first["latencies"]) > retry_cv:
                         write(cand, retry=True)
                         counts["retried"] += 1
+            os.fsync(out.fileno())
     finally:
         if ahead is not None:
             ahead.close()
