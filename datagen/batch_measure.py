@@ -15,8 +15,9 @@ runs in parallel worker processes (`--compile-workers`, all cores but one by def
 measuring order and ahead of the measuring, into a cache keyed by the source's hash; the
 measuring process, pinned to a core of its own while they run, loads each module from the
 cache as soon as it is there, so the GPU does not wait for the whole batch's compilation.
-Lines timed while the workers were still compiling say so ("compiling": true);
-`--compile-first` compiles everything before the first timing instead.
+Lines timed while the workers were still compiling say so ("compiling": true), and an even
+sample of them (`AUDIT_COMPILING`) is timed again at the end, quietly, which tells whether the
+compiling moved the timings; `--compile-first` compiles everything before the first timing.
 
 Candidates are measured in turns over the batch's workloads (a run stopped early leaves no
 workload behind); each is loaded and timed with MetaSchedule's protocol (the
@@ -25,7 +26,8 @@ runtime's `time_evaluator`: one discarded warm-up call, then `repeat` repeats of
 appended to the results file and flushed, so a run stopped at any moment loses nothing and the
 same command continues where it stopped (the file is synced to disk once a second: a crash of
 the whole host can lose the last second). Once every candidate has run, those whose repeats
-spread more than the batch's `retry_cv` are measured once more (lines with "retry": true).
+spread more than the batch's `retry_cv` are measured once more (lines with "retry": true), as
+is the sample of those timed while compiling.
 A device that disappears stops the run with one line and exit status 2; what was measured is
 kept.
 """
@@ -44,6 +46,7 @@ import time
 MANIFEST, RESULTS, ARTIFACTS = "manifest.json", "results.jsonl", "artifacts"
 KERNEL_CACHE = "kernel-cache"  # compiled CUDA kernels, by the hash of their source
 COMPILE_WAIT_SEC = 300  # the longest the measuring waits for one module's compilation
+AUDIT_COMPILING = 64  # candidates timed while compiling that are timed again, quietly
 SYNC_EVERY_SEC = 1.0  # results are flushed at every line, synced to disk this often
 CUDA_COMPILE_CALLBACK = "tvm_callback_cuda_compile"
 FAILED_SECS = 1e9  # MetaSchedule reports a failed run as 1e10 s
@@ -431,13 +434,17 @@ def measure_batch(batch_dir: str, results_path: str | None = None, progress: boo
                 counts["measured"] += 1
                 if progress and (i + 1) % 50 == 0:
                     print(f"measured {i + 1}/{len(todo)}", file=sys.stderr, flush=True)
-            if retry_cv is not None:
-                for cand in manifest["candidates"]:
-                    first = firsts[cand["index"]]
-                    if first["status"] == "ok" and cand["index"] not in retried and \
-                            _spread(first["latencies"]) > retry_cv:
-                        write(cand, retry=True)
-                        counts["retried"] += 1
+            # again, quietly: the noisy ones, and a sample of those timed while compiling
+            timed_compiling = [c["index"] for c in interleaved(manifest["candidates"])
+                               if firsts[c["index"]].get("compiling")]
+            audit = set(timed_compiling[::-(-len(timed_compiling) // AUDIT_COMPILING) or 1])
+            for cand in manifest["candidates"]:
+                first = firsts[cand["index"]]
+                if first["status"] == "ok" and cand["index"] not in retried and (
+                        cand["index"] in audit or
+                        retry_cv is not None and _spread(first["latencies"]) > retry_cv):
+                    write(cand, retry=True)
+                    counts["retried"] += 1
             os.fsync(out.fileno())
     finally:
         if ahead is not None:
@@ -467,7 +474,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     wall = time.perf_counter() - start
     print(f"measured {counts['measured']} of {counts['total']} candidates "
-          f"({counts['retried']} noisy ones again) in {wall:.1f} s")
+          f"({counts['retried']} again at the end: noisy, or timed while compiling) "
+          f"in {wall:.1f} s")
     return 0
 
 

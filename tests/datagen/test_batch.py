@@ -395,3 +395,32 @@ def test_inputs_are_fresh_and_in_range():
     assert first[0].min() >= -1 and first[0].max() < 1 and first[0].std() > 0.5
     assert first[2].min() >= 0 and first[2].max() < 8
     assert not np.array_equal(first[0], again[0])  # each candidate its own values
+
+
+def test_a_sample_of_candidates_timed_while_compiling_is_timed_again(first_batch, tmp_path):
+    """Candidates timed while CUDA kernels compiled on the other cores are marked, and a sample
+    of them is timed again at the end, quietly, so their effect on the timings can be read off
+    the records (first and retry latencies). Here every first timing is marked by hand: the CPU
+    batch compiles nothing."""
+    from datagen.batch_measure import AUDIT_COMPILING
+
+    _, batch = first_batch
+    copy = str(tmp_path / "batch")
+    shutil.copytree(batch, copy, ignore=shutil.ignore_patterns("results.jsonl"))
+    assert measure_runtime_only(copy).returncode == 0
+    results = os.path.join(copy, "results.jsonl")
+    firsts = [json.loads(line) for line in open(results) if not json.loads(line)["retry"]]
+    assert not any(line["compiling"] for line in firsts)  # nothing compiled alongside
+    assert all(line["load_secs"] >= 0 and line["inputs_secs"] >= 0 for line in firsts)
+    with open(results, "w") as handle:
+        for line in firsts:
+            handle.write(json.dumps({**line, "compiling": True}) + "\n")
+    proc = measure_runtime_only(copy)
+    assert proc.returncode == 0, proc.stderr
+    ok = sum(line["status"] == "ok" for line in firsts)
+    assert AUDIT_COMPILING >= ok and f"measured 0 of 8 candidates ({ok} again" in proc.stdout
+    lines = [json.loads(line) for line in open(results)]
+    again = [line for line in lines if line["retry"]]
+    assert sorted(line["index"] for line in again) == sorted(
+        line["index"] for line in firsts if line["status"] == "ok")
+    assert not any(line["compiling"] for line in again)
