@@ -45,7 +45,7 @@ import time
 
 MANIFEST, RESULTS, ARTIFACTS = "manifest.json", "results.jsonl", "artifacts"
 KERNEL_CACHE = "kernel-cache"  # compiled CUDA kernels, by the hash of their source
-COMPILE_WAIT_SEC = 300  # the longest the measuring waits for one module's compilation
+COMPILE_WAIT_SEC = 60  # the longest the measuring waits for one module's compilation
 AUDIT_COMPILING = 64  # candidates timed while compiling that are timed again, quietly
 SYNC_EVERY_SEC = 1.0  # results are flushed at every line, synced to disk this often
 CUDA_COMPILE_CALLBACK = "tvm_callback_cuda_compile"
@@ -234,17 +234,26 @@ def _pin(cpus: list[int]) -> None:
             pass
 
 
+_WORKER_BROKEN = False  # a compiling worker whose set-up failed compiles nothing
+
+
 def _init_precompile(cache_dir: str | None, arch: str | None, cpus: list[int]) -> None:
+    global _WORKER_BROKEN
     _pin(cpus)
-    if cache_dir is not None:
-        load_device_runtime("cuda")  # the worker loads CUDA modules
-        use_kernel_cache(cache_dir, arch)
+    try:
+        if cache_dir is not None:
+            load_device_runtime("cuda")  # the worker loads CUDA modules
+            use_kernel_cache(cache_dir, arch)
+    except Exception:  # noqa: BLE001  (raised here, the pool would start it again and again;
+        _WORKER_BROKEN = True  # the measuring process reports the error itself)
 
 
 def _precompile(path: str) -> bool:
     """In a worker: load a module once so that its kernels land in the cache."""
     import tvm
 
+    if _WORKER_BROKEN:
+        return False
     try:
         tvm.runtime.load_module(path)
         return True

@@ -379,6 +379,26 @@ def test_kernels_compile_ahead_in_measuring_order_off_the_measuring_core(first_b
     assert os.sched_getaffinity(0) == cpus
 
 
+
+def test_compiling_workers_that_cannot_set_up_do_not_stall_the_measuring(first_batch, tmp_path):
+    """Where the compiling workers cannot load TVM's CUDA runtime (here: no CUDA driver), each
+    module is reported not compiled at once (measuring then reports the error), rather than a
+    pool starting failing workers again and again while the measuring waits."""
+    import time
+
+    from datagen.batch_measure import CompileAhead
+
+    _, batch = first_batch
+    manifest = json.load(open(os.path.join(batch, "manifest.json")))
+    paths = [os.path.join(batch, "artifacts", c["artifact"]) for c in manifest["candidates"]]
+    start = time.time()
+    ahead = CompileAhead(paths, 2, str(tmp_path / "cache"), "sm_90a")
+    try:
+        assert [ahead.wait(i) for i in range(len(paths))] == [False] * len(paths)
+    finally:
+        ahead.close()
+    assert time.time() - start < 30
+
 def test_inputs_are_fresh_and_in_range():
     import numpy as np
     import tvm
