@@ -25,6 +25,11 @@ MAX_ATTEMPTS_PER_CANDIDATE = 8
 # GPU postprocessors (thread and shared-memory limits) reject most random tilings: 96-99% of
 # random dense, conv2d and depthwise schedules for the H100 (softmax: none), about 10 ms a draw
 MAX_ATTEMPTS_PER_CANDIDATE_GPU = 256
+# A draw stops earlier once this many valid schedules in a row were ones seen before: the space
+# (or a parent's neighbourhood) has run out of new schedules. A pool2d of the H100 suite has
+# about 70 random ones: the GPU's budget above would spend 136 x 256 draws (11 min) finding none.
+# Rejected draws do not count (GPU limits reject most random tilings of large spaces).
+MAX_SEEN_IN_A_ROW = 128
 
 
 @dataclasses.dataclass
@@ -151,6 +156,27 @@ class ScheduleSampler:
         seen.add(digest)
         return Candidate(mod=sch.mod, trace_json=text, trace_hash=digest, sch=sch, **fields)
 
+    def _take(self, finished: Iterator[tuple], n: int, seen: set[str], fields) -> list[Candidate]:
+        """Up to `n` new candidates from (schedule or None, info) pairs, in order; stops early
+        after `MAX_SEEN_IN_A_ROW` valid schedules in a row that were seen before.
+        `fields(info)` gives a candidate's origin fields."""
+        out: list[Candidate] = []
+        seen_in_a_row = 0
+        for sch, info in finished:
+            if sch is None:
+                continue
+            cand = self._accept(sch, seen, **fields(info))
+            if cand is None:
+                seen_in_a_row += 1
+                if seen_in_a_row >= MAX_SEEN_IN_A_ROW:
+                    break
+                continue
+            seen_in_a_row = 0
+            out.append(cand)
+            if len(out) == n:
+                break
+        return out
+
     def _finished(self, attempts: Iterable[tuple]) -> Iterator[tuple]:
         """(`_finish(trace, seed)`, info) for each (trace, seed, info) of `attempts`, in order;
         with several threads, `4 * threads` attempts at a time in parallel (so at most one
@@ -173,22 +199,15 @@ class ScheduleSampler:
         from tvm.s_tir import Trace
 
         rng = np.random.default_rng(seed)
-        out: list[Candidate] = []
         if n <= 0 or not self.spaces:
-            return out
+            return []
 
         def attempts():
             for _ in range(n * self.max_attempts):
                 space = self.spaces[rng.integers(len(self.spaces))]
                 yield Trace(space.insts, {}), int(rng.integers(1, 2**31 - 1)), None
 
-        for sch, _ in self._finished(attempts()):
-            cand = sch and self._accept(sch, seen, origin="random")
-            if cand:
-                out.append(cand)
-                if len(out) == n:
-                    break
-        return out
+        return self._take(self._finished(attempts()), n, seen, lambda _: {"origin": "random"})
 
     def evolve(self, parents: list[str], n: int, seed: int, seen: set[str]) -> list[Candidate]:
         """Up to `n` new schedules, each one mutation of a parent trace (JSON text)."""
@@ -199,7 +218,6 @@ class ScheduleSampler:
         rng = np.random.default_rng(seed)
         traces = [replay(self.mod, p).trace for p in parents]
         hashes = [trace_hash(p) for p in parents]
-        out: list[Candidate] = []
 
         def attempts():  # mutations stay in this thread, in order (a failed one draws no seed)
             for _ in range(n * self.max_attempts):
@@ -210,11 +228,6 @@ class ScheduleSampler:
                 if mutated is not None:
                     yield mutated, int(rng.integers(1, 2**31 - 1)), (i, mutator)
 
-        for sch, (i, mutator) in self._finished(attempts()):
-            cand = sch and self._accept(sch, seen, origin="evolved", parent_hash=hashes[i],
-                                        mutator=str(mutator).rsplit(".", 1)[-1])
-            if cand:
-                out.append(cand)
-                if len(out) == n:
-                    break
-        return out
+        return self._take(self._finished(attempts()), n, seen, lambda info: {
+            "origin": "evolved", "parent_hash": hashes[info[0]],
+            "mutator": str(info[1]).rsplit(".", 1)[-1]})

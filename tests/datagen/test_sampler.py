@@ -92,3 +92,26 @@ def test_threads_draw_the_same_candidates(target):
     parents = [c.trace_json for c in one.random(2, seed=3, seen=set())]
     children, seen = _drawn(one, parents)
     assert children and _drawn(four, parents) == (children, seen)
+
+
+def test_a_space_that_runs_out_of_new_schedules_stops_the_draw_early():
+    """A small design space (this pool2d has 72 random CUDA schedules) gives what it has and
+    stops after MAX_SEEN_IN_A_ROW valid draws in a row that were seen before, instead of
+    spending the whole attempt budget on duplicates (11 minutes for a pool2d of the suite)."""
+    from datagen.sampler import MAX_SEEN_IN_A_ROW
+
+    mod = Workload("pool2d", (4, 4, 8, 2, 2, 0, "max")).mod
+    sampler = ScheduleSampler(mod, make_target("nvidia/nvidia-h100"))
+    sampler.max_attempts = 64  # the budget would be 100 x 64 draws
+    calls = []
+    finish = sampler._finish
+    sampler._finish = lambda trace, seed: calls.append(seed) or finish(trace, seed)
+    seen: set[str] = set()
+    drawn = sampler.random(100, seed=1, seen=seen)
+    assert 0 < len(drawn) < 100 and len(seen) == len(drawn)
+    assert len(calls) < 100 * 64 // 4
+    again = sampler.random(100, seed=2, seen=seen)  # nothing new is left: one run of repeats
+    assert len(again) <= 2 and len(calls) < 100 * 64 // 4 + 2 * MAX_SEEN_IN_A_ROW
+    calls.clear()
+    children = sampler.evolve([c.trace_json for c in drawn[:4]], 100, seed=3, seen=seen)
+    assert len(children) < 100 and len(calls) < 100 * 64 // 4
