@@ -265,7 +265,7 @@ class CompileAhead:
     """Compile the kernels of candidates in worker processes, in measuring order, while the
     measuring process times those already compiled.
 
-    NVRTC takes 0.1-0.5 s of a core a kernel and one GPU times a candidate in about 50 ms, so
+    NVRTC takes 0.1-0.5 s of a core a kernel and one GPU times a candidate in 50-80 ms, so
     `workers` processes run far ahead after the first few and the measuring never waits for
     the whole batch's compilation. The workers keep off the measuring process's core: where
     more than one CPU is available, the measuring process is pinned to the last and the
