@@ -13,7 +13,8 @@ The third way to measure, beside this host (`datagen collect`) and an RPC tracke
 (random at first, then mutations of the fastest measured schedules), exactly as `collect`
 draws them, builds the candidates here as shared libraries, and writes the batch folder:
 `manifest.json` (what the measuring side needs), `artifacts/` and `pending.parquet` (the
-records, waiting for their measurements). `datagen.batch_measure` appends one line per
+records, waiting for their measurements). A batch packed before the last one is ingested names
+it with `--after`, so that it draws around that batch's candidates rather than the same ones. `datagen.batch_measure` appends one line per
 candidate to `results.jsonl`, resumably. `ingest` turns the results into records, one shard
 per call, and is idempotent: a candidate the dataset already holds is skipped, so ingesting
 twice (or a partly measured batch, then the rest) never duplicates anything. Results of
@@ -49,14 +50,17 @@ def _device_type(target) -> str:
     return "cpu" if target.kind.name == "llvm" else target.kind.name
 
 
-def pack(cfg: CollectConfig, out: str, progress: bool = True) -> dict:
+def pack(cfg: CollectConfig, out: str, progress: bool = True, after: list[str] = ()) -> dict:
     """Draw and build the next round of every unfinished workload of `cfg` (whose `out` is the
-    dataset to draw from) into the new batch folder `out`.
+    dataset to draw from) into the new batch folder `out`. The batches `after` (packed from the
+    same dataset, not yet ingested) count as drawn: their candidates are neither drawn again
+    nor counted twice, and the rounds go on from theirs.
 
     Returns {"batch", "candidates" (built, to measure), "build_failed", "bytes"}.
 
     Raises:
-        UserError: `out` exists, or nothing is left to collect.
+        UserError: `out` exists, a batch of `after` is not one or is for another target, or
+            nothing is left to collect.
     """
     from tqdm import tqdm
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -69,6 +73,8 @@ def pack(cfg: CollectConfig, out: str, progress: bool = True) -> dict:
         raise UserError(f"{out} already exists; pack each batch into a new folder")
     target_text = target_json(cfg.target)
     states = load_state(cfg.out, target_text) if os.path.isdir(cfg.out) else {}
+    for batch_dir in after:
+        _fold_pending(states, batch_dir, target_text)
     protocol = {**DEFAULT_PROTOCOL, **(cfg.protocol or {})}
     ver = versions()
     context = {"target": target_text, "target_kind": cfg.target.kind.name, "cpu_model": "",
@@ -126,6 +132,38 @@ def pack(cfg: CollectConfig, out: str, progress: bool = True) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
     return {"batch": batch_id, "candidates": len(candidates),
             "build_failed": len(rows) - len(candidates), "bytes": size}
+
+
+def _fold_pending(states: dict, batch_dir: str, target_text: str) -> None:
+    """Add an un-ingested batch's candidates to the draw state, as `load_state` adds records
+    (those the dataset holds already are skipped, so an ingested batch changes nothing).
+
+    Raises:
+        UserError: not a batch, or one packed for another target.
+    """
+    import pandas as pd
+
+    from datagen.collect import WorkloadState
+
+    try:
+        manifest = read_manifest(batch_dir)
+    except BatchError as err:
+        raise UserError(f"--after: {err}") from None
+    if manifest["target"] != target_text:
+        raise UserError(f"--after: {batch_dir} was packed for another target than this pack's; "
+                        "name only batches of this dataset")
+    path = os.path.join(batch_dir, PENDING)
+    if not os.path.isfile(path):
+        raise UserError(f"--after: {batch_dir} has no {PENDING}: name the folder datagen pack "
+                        "wrote")
+    pending = pd.read_parquet(path, columns=["workload_key", "trace_hash", "round"])
+    for key, trace_hash, round_ in pending.itertuples(index=False):
+        st = states.setdefault(key, WorkloadState())
+        if trace_hash in st.seen:
+            continue
+        st.count += 1
+        st.rounds = max(st.rounds, int(round_) + 1)
+        st.seen.add(trace_hash)
 
 
 def _write_pending(path: str, rows: list[dict]) -> None:

@@ -103,7 +103,8 @@ def _collect(args) -> int:
 def _pack(args) -> int:
     from datagen.batch import pack
 
-    summary = pack(_config(args, args.dataset), args.out, progress=not args.no_progress)
+    summary = pack(_config(args, args.dataset), args.out, progress=not args.no_progress,
+                   after=args.after)
     print(f"packed batch {summary['batch'][:12]} into {args.out}: {summary['candidates']} "
           f"candidates to measure ({summary['bytes'] / 2**20:.1f} MiB), "
           f"{summary['build_failed']} failed to build")
@@ -260,6 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", required=True, help="the dataset to draw from and, later, "
                    "to ingest into")
     p.add_argument("--out", required=True, help="the new batch folder")
+    p.add_argument("--after", nargs="+", default=[], metavar="BATCH",
+                   help="batches packed from this dataset and not yet ingested: draw around "
+                   "their candidates (without it, a second pack draws the same ones)")
     p.set_defaults(func=_pack)
 
     p = sub.add_parser("ingest", help="add a measured batch's records to its dataset "

@@ -193,6 +193,26 @@ def test_pack_into_an_existing_folder_is_one_line(tmp_path):
                                str(tmp_path / "ds")), "is not a packed batch")
 
 
+def test_a_pack_after_a_batch_not_yet_ingested_draws_around_it(first_batch, tmp_path):
+    import pandas as pd
+
+    _, first = first_batch
+    dataset, second = str(tmp_path / "ds"), str(tmp_path / "b2")  # drawn from as first was
+    run_cli("pack", DENSE, SOFTMAX, "--dataset", dataset, "--out", second, "--after", first,
+            *DRAW, check=True)
+    drawn = [pd.read_parquet(os.path.join(b, "pending.parquet")) for b in (first, second)]
+    assert len(drawn[1]) == 8 and set(drawn[1]["round"]) == {1}
+    assert not set(drawn[0].trace_hash) & set(drawn[1].trace_hash)
+    # the two batches fill --per-workload 8: a third has nothing left to draw
+    assert_clean_error(run_cli("pack", DENSE, SOFTMAX, "--dataset", dataset, "--out",
+                               str(tmp_path / "b3"), "--after", first, second, *DRAW),
+                       "nothing to pack")
+    assert_clean_error(run_cli("pack", DENSE, "--dataset", dataset, "--out",
+                               str(tmp_path / "b3"), "--after", str(tmp_path), *DRAW),
+                       "--after:")
+    assert not (tmp_path / "b3").exists()
+
+
 def test_draw_workers_below_one_is_one_line(tmp_path):
     assert_clean_error(run_cli("pack", DENSE, "--dataset", str(tmp_path / "ds"), "--out",
                                str(tmp_path / "b"), "--draw-workers", "0"),
