@@ -1,0 +1,57 @@
+"""bench/remeasure_heldout.py: one held-out task replayed, built and measured here twice, scored,
+resumed without measuring again; measurements made with other settings are refused."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import CLI_TIMEOUT_SEC
+
+pytestmark = pytest.mark.slow
+
+BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "remeasure_heldout.py")
+SMALL_TASK_SEED = "7"  # draws a held-out matmul task of 32 schedules
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, BENCH, *args], capture_output=True, text=True,
+                          timeout=CLI_TIMEOUT_SEC)
+
+
+def test_a_held_out_task_is_measured_here_scored_and_resumed(tmp_path):
+    out, cache = str(tmp_path / "out"), str(tmp_path / "cache")
+    args = ["--tasks", "1", "--seed", SMALL_TASK_SEED, "--out", out, "--cache-dir", cache]
+    proc = run(*args)
+    assert proc.returncode == 0, proc.stderr
+    assert "0 measured already" in proc.stdout and "1/1 torch/matmul_" in proc.stdout
+    (line,) = [json.loads(text) for text in open(os.path.join(out, "tasks.jsonl"))]
+    assert len(line["here"]) == len(line["trace_hash"]) == 32
+    rounds = np.array([r for r in line["here"] if r is not None])
+    assert len(rounds) >= 30 and (rounds > 0).all() and rounds.shape[1] == 2
+    # the two rounds time the same programs on the same machine
+    assert 0.5 < np.median(rounds[:, 0] / rounds[:, 1]) < 2
+    summary = json.load(open(os.path.join(out, "summary.json")))
+    assert summary["records"] == len(rounds)
+    assert os.path.getsize(os.path.join(out, "remeasure.png")) > 0
+    for row in ("here_vs_here", "dataset_vs_here", "model_vs_dataset", "model_vs_here",
+                "xgb_vs_dataset", "xgb_vs_here"):
+        assert -1 <= summary["overall"][row]["kendall_tau"] <= 1
+        assert 0 < summary["overall"][row]["top1_score"] <= 1
+
+    proc = run(*args)  # resumed: nothing measured again, the same scores
+    assert proc.returncode == 0 and "1 measured already" in proc.stdout, proc.stderr
+    assert "1/1" not in proc.stdout
+    assert json.load(open(os.path.join(out, "summary.json")))["overall"] == summary["overall"]
+
+    # measurements from another host in the same folder
+    settings = json.load(open(os.path.join(out, "settings.json")))
+    settings["target_here"] = settings["target_here"].replace('"num-cores": ', '"num-cores": 1')
+    json.dump(settings, open(os.path.join(out, "settings.json"), "w"))
+    proc = run(*args)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().startswith("remeasure_heldout: error:") and \
+        "other settings" in proc.stderr
