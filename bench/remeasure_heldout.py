@@ -16,7 +16,10 @@ so that a slow spell of the machine hits them alike. Per task it scores, with th
   host, measured minutes apart: the ceiling of any model against this host's labels);
 - "dataset_vs_here": the dataset's labels ranked by this host's (both rounds' median);
 - the checkpoint and its pretrained XGBModel (`NAME.xgb.npz`, MetaSchedule's model on the same
-  training records) against the dataset's labels and against this host's.
+  training records) against the dataset's labels and against this host's;
+- with --adapt K: the checkpoint corrected by K of each task's schedules as measured here, the
+  way `bo` corrects it while tuning (a GP on the graph embeddings fitted to the residual), on
+  the task's other schedules, beside the model alone and the dataset's labels on those.
 
 Measuring shares nothing with other timed work: run it on a quiet machine (it says how long it
 took). Each finished task is one line of --out/tasks.jsonl, which a later run reads back (an
@@ -25,7 +28,7 @@ settings (dataset, host CPU, protocol) are refused: use another --out. Writes
 --out/summary.json (overall and per-task scores) and --out/remeasure.png (each ranking's
 per-task tau as a box plot) for the tasks asked for.
 
-    python bench/remeasure_heldout.py [--tasks 32] [--seed 0] \\
+    python bench/remeasure_heldout.py [--tasks 32] [--seed 0] [--adapt 4 8 16] \\
         [--checkpoint checkpoints/graphsage-v2-networks.ckpt] [--out bench/results/remeasure]
 """
 
@@ -44,6 +47,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 CONFIG = os.path.join(ROOT, "configs", "graphsage-networks.yaml")
 CHECKPOINT = os.path.join(ROOT, "checkpoints", "graphsage-v2-networks.ckpt")
 ROUNDS = 2
+ADAPT_DRAWS = 5  # seeded draws of the measured schedules per task, for --adapt
 
 
 def held_out(config: str, dataset: str | None) -> tuple[pd.DataFrame, str]:
@@ -105,7 +109,10 @@ def model_predictions(frame: pd.DataFrame, checkpoint: str, cache_dir: str | Non
     from tuning.pretrained_xgb import beside, fingerprint
 
     predictor = CostModelPredictor.load(checkpoint, cache_dir=cache_dir)
-    out = {"model": np.log(predictor.predict_records(frame))}
+    graphs = list(predictor.featurizer.iter_records(
+        zip(frame.workload_ir, frame.trace, frame.trace_hash)))
+    seconds, embeddings = predictor.predict_and_embed(graphs)
+    out = {"model": np.log(seconds), "embeddings": embeddings}
     xgb = beside(checkpoint)
     if os.path.exists(xgb):
         model = load_xgb(xgb, fingerprint(predictor.meta))
@@ -114,13 +121,53 @@ def model_predictions(frame: pd.DataFrame, checkpoint: str, cache_dir: str | Non
     return out
 
 
-def summarise(frame: pd.DataFrame, checkpoint: str, cache_dir: str | None) -> dict:
+def adapted(frame: pd.DataFrame, prior: np.ndarray, embeddings: np.ndarray, labels: str,
+            measured: int, draws: int, seed: int) -> dict:
+    """The model corrected by `measured` of each task's schedules timed here, as `bo` corrects
+    it while tuning (its surrogate: a GP on the graph embeddings, fitted to the residual of
+    log-latency from the model's prediction), scored on the task's other schedules beside the
+    model alone and the dataset's labels on the same ones; mean over `draws` seeded draws."""
+    from training.metrics import kendall_tau, top_k_score
+    from tuning.search import PriorGP
+
+    latency = frame[labels].to_numpy()
+    truth = np.log(latency)
+    rows = {"adapted": [], "model": [], "dataset": []}
+    for draw in range(draws):
+        rng = np.random.default_rng([seed, measured, draw])
+        keys, rest, scored = [], [], {name: [] for name in rows}
+        for key, index in frame.groupby("workload_key").indices.items():
+            if len(index) < measured + 2:
+                continue
+            chosen = rng.permutation(len(index))
+            train, test = index[chosen[:measured]], index[chosen[measured:]]
+            gp = PriorGP(None, seed)
+            gp.fit(list(embeddings[index]), list(embeddings[train]), prior[train], truth[train])
+            scored["adapted"].append(gp.posterior(list(embeddings[test]), prior[test])[0])
+            scored["model"].append(prior[test])
+            scored["dataset"].append(np.log(frame.latency_median.to_numpy()[test]))
+            keys += [key] * len(test)
+            rest.append(test)
+        rest = np.concatenate(rest)
+        for name in rows:
+            predicted = np.concatenate(scored[name])
+            rows[name].append((kendall_tau(keys, latency[rest], predicted),
+                               top_k_score(keys, latency[rest], predicted, 1,
+                                           frame.workload_weight.to_numpy()[rest])))
+    return {name: {"kendall_tau": float(np.mean([r[0] for r in runs])),
+                   "top1_score": float(np.mean([r[1] for r in runs]))}
+            for name, runs in rows.items()}
+
+
+def summarise(frame: pd.DataFrame, checkpoint: str, cache_dir: str | None,
+              adapt: list[int], seed: int) -> dict:
     first = frame.here.map(lambda r: r[0]).to_numpy()
     second = frame.here.map(lambda r: r[1]).to_numpy()
     frame = frame.assign(here_median=np.sqrt(first * second), here_first=first)
     rows = {"here_vs_here": scores(frame, "here_first", second),
             "dataset_vs_here": scores(frame, "latency_median", frame.here_median.to_numpy())}
     predicted = model_predictions(frame, checkpoint, cache_dir)
+    embeddings = predicted.pop("embeddings")
     for name, scores_ in predicted.items():
         rows[f"{name}_vs_dataset"] = scores(frame, "latency_median", scores_)
         rows[f"{name}_vs_here"] = scores(frame, "here_median", scores_)
@@ -137,7 +184,10 @@ def summarise(frame: pd.DataFrame, checkpoint: str, cache_dir: str | None) -> di
             "per_task_tau_quartiles": {c: [float(q) for q in per_task[c].quantile([.25, .5, .75])]
                                        for c in per_task},
             "here_over_dataset_latency_quartiles": [float(q) for q in ratio.quantile([.25, .5, .75])],
-            "round_spread_median": float(np.median(np.abs(np.log(first / second))))}
+            "round_spread_median": float(np.median(np.abs(np.log(first / second)))),
+            "adapted_here": {str(k): adapted(frame, predicted["model"], embeddings,
+                                             "here_median", k, ADAPT_DRAWS, seed)
+                             for k in adapt}}
 
 
 def plot(summary: dict, path: str) -> None:
@@ -172,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="which tasks")
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "remeasure"))
     parser.add_argument("--cache-dir", default=".cache/features")
+    parser.add_argument("--adapt", type=int, nargs="*", default=[4, 8, 16], metavar="K",
+                        help="also score the model corrected by K schedules of each task "
+                        "measured here, as bo's surrogate corrects it while tuning")
     args = parser.parse_args(argv)
 
     from datagen.errors import UserError
@@ -240,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     measured = measured[measured.here.notna()].reset_index(drop=True)
     summary = {"settings": settings, "tasks": keys, "records": len(measured), "failed_here": failed,
                "checkpoint": os.path.relpath(args.checkpoint, ROOT),
-               **summarise(measured, args.checkpoint, args.cache_dir)}
+               **summarise(measured, args.checkpoint, args.cache_dir, args.adapt, args.seed)}
     with open(os.path.join(args.out, "summary.json"), "w", encoding="utf-8") as handle:
         json.dump(summary, handle, indent=1)
     plot(summary, os.path.join(args.out, "remeasure.png"))
@@ -249,6 +302,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, row in summary["overall"].items():
         who, _, against = name.partition("_vs_")
         print(f"  {who:<18} {against:<10} {row['kendall_tau']:>6.3f} {row['top1_score']:>6.3f}")
+    for k, rows in summary["adapted_here"].items():
+        print(f"  with {k} schedules of each task measured here, on the others (against here): "
+              + "; ".join(f"{name} tau {row['kendall_tau']:.3f}, top-1 {row['top1_score']:.3f}"
+                          for name, row in rows.items()))
     return 0
 
 

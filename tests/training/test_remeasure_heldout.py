@@ -41,6 +41,11 @@ def test_a_held_out_task_is_measured_here_scored_and_resumed(tmp_path):
                 "xgb_vs_dataset", "xgb_vs_here"):
         assert -1 <= summary["overall"][row]["kendall_tau"] <= 1
         assert 0 < summary["overall"][row]["top1_score"] <= 1
+    # the model corrected by 4, 8 and 16 schedules measured here, scored on the others
+    assert set(summary["adapted_here"]) == {"4", "8", "16"}
+    for rows in summary["adapted_here"].values():
+        assert set(rows) == {"adapted", "model", "dataset"}
+        assert all(-1 <= r["kendall_tau"] <= 1 and 0 < r["top1_score"] <= 1 for r in rows.values())
 
     proc = run(*args)  # resumed: nothing measured again, the same scores
     assert proc.returncode == 0 and "1 measured already" in proc.stdout, proc.stderr
