@@ -17,9 +17,10 @@ so that a slow spell of the machine hits them alike. Per task it scores, with th
 - "dataset_vs_here": the dataset's labels ranked by this host's (both rounds' median);
 - the checkpoint and its pretrained XGBModel (`NAME.xgb.npz`, MetaSchedule's model on the same
   training records) against the dataset's labels and against this host's;
-- with --adapt K: the checkpoint corrected by K of each task's schedules as measured here, the
-  way `bo` corrects it while tuning (a GP on the graph embeddings fitted to the residual), on
-  the task's other schedules, beside the model alone and the dataset's labels on those.
+- with --adapt K: the checkpoint corrected by K of each task's schedules as measured here, on
+  the task's other schedules, beside the model alone and the dataset's labels on those: the
+  way `bo` corrects it while tuning (a GP on the graph embeddings fitted to the residual) and
+  the way `ms-ours` does (the network fine-tuned on them).
 
 Measuring shares nothing with other timed work: run it on a quiet machine (it says how long it
 took). Each finished task is one line of --out/tasks.jsonl, which a later run reads back (an
@@ -47,7 +48,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 CONFIG = os.path.join(ROOT, "configs", "graphsage-networks.yaml")
 CHECKPOINT = os.path.join(ROOT, "checkpoints", "graphsage-v2-networks.ckpt")
 ROUNDS = 2
-ADAPT_DRAWS = 5  # seeded draws of the measured schedules per task, for --adapt
+ADAPT_DRAWS = 2  # seeded draws of the measured schedules per task, for --adapt
 
 
 def held_out(config: str, dataset: str | None) -> tuple[pd.DataFrame, str]:
@@ -112,7 +113,8 @@ def model_predictions(frame: pd.DataFrame, checkpoint: str, cache_dir: str | Non
     graphs = list(predictor.featurizer.iter_records(
         zip(frame.workload_ir, frame.trace, frame.trace_hash)))
     seconds, embeddings = predictor.predict_and_embed(graphs)
-    out = {"model": np.log(seconds), "embeddings": embeddings}
+    out = {"model": np.log(seconds), "embeddings": embeddings,
+           "predictor": predictor, "graphs": graphs}
     xgb = beside(checkpoint)
     if os.path.exists(xgb):
         model = load_xgb(xgb, fingerprint(predictor.meta))
@@ -121,18 +123,27 @@ def model_predictions(frame: pd.DataFrame, checkpoint: str, cache_dir: str | Non
     return out
 
 
-def adapted(frame: pd.DataFrame, prior: np.ndarray, embeddings: np.ndarray, labels: str,
-            measured: int, draws: int, seed: int) -> dict:
-    """The model corrected by `measured` of each task's schedules timed here, as `bo` corrects
-    it while tuning (its surrogate: a GP on the graph embeddings, fitted to the residual of
-    log-latency from the model's prediction), scored on the task's other schedules beside the
-    model alone and the dataset's labels on the same ones; mean over `draws` seeded draws."""
+def adapted(frame: pd.DataFrame, model: dict, labels: str, measured: int, draws: int,
+            seed: int) -> dict:
+    """The model corrected by `measured` of each task's schedules timed here, scored on the
+    task's other schedules beside the model alone and the dataset's labels on the same ones
+    (mean over `draws` seeded draws), two ways: "gp", as `bo` corrects it while tuning (its
+    surrogate: a GP on the graph embeddings fitted to the residual of log-latency from the
+    model's prediction); "finetuned", as `ms-ours` does (the network fine-tuned on them with
+    its loss, `tuning.cost_model`'s steps and learning rate), from the checkpoint's weights
+    for every task."""
+    import copy
+
     from training.metrics import kendall_tau, top_k_score
+    from tuning.cost_model import ADAPT_LR, ADAPT_STEPS
     from tuning.search import PriorGP
 
+    prior, embeddings = model["model"], model["embeddings"]
+    predictor, graphs = model["predictor"], model["graphs"]
+    weights = [copy.deepcopy(m.model.state_dict()) for m in predictor.members]
     latency = frame[labels].to_numpy()
     truth = np.log(latency)
-    rows = {"adapted": [], "model": [], "dataset": []}
+    rows = {"gp": [], "finetuned": [], "model": [], "dataset": []}
     for draw in range(draws):
         rng = np.random.default_rng([seed, measured, draw])
         keys, rest, scored = [], [], {name: [] for name in rows}
@@ -143,7 +154,12 @@ def adapted(frame: pd.DataFrame, prior: np.ndarray, embeddings: np.ndarray, labe
             train, test = index[chosen[:measured]], index[chosen[measured:]]
             gp = PriorGP(None, seed)
             gp.fit(list(embeddings[index]), list(embeddings[train]), prior[train], truth[train])
-            scored["adapted"].append(gp.posterior(list(embeddings[test]), prior[test])[0])
+            scored["gp"].append(gp.posterior(list(embeddings[test]), prior[test])[0])
+            predictor.adapt([graphs[i] for i in train], latency[train], [0] * len(train),
+                            steps=ADAPT_STEPS, lr=ADAPT_LR)
+            scored["finetuned"].append(np.log(predictor.predict_graphs([graphs[i] for i in test])))
+            for member, state in zip(predictor.members, weights):
+                member.model.load_state_dict(state)
             scored["model"].append(prior[test])
             scored["dataset"].append(np.log(frame.latency_median.to_numpy()[test]))
             keys += [key] * len(test)
@@ -167,7 +183,8 @@ def summarise(frame: pd.DataFrame, checkpoint: str, cache_dir: str | None,
     rows = {"here_vs_here": scores(frame, "here_first", second),
             "dataset_vs_here": scores(frame, "latency_median", frame.here_median.to_numpy())}
     predicted = model_predictions(frame, checkpoint, cache_dir)
-    embeddings = predicted.pop("embeddings")
+    model = {k: predicted.pop(k) for k in ("embeddings", "predictor", "graphs")}
+    model["model"] = predicted["model"]
     for name, scores_ in predicted.items():
         rows[f"{name}_vs_dataset"] = scores(frame, "latency_median", scores_)
         rows[f"{name}_vs_here"] = scores(frame, "here_median", scores_)
@@ -185,8 +202,7 @@ def summarise(frame: pd.DataFrame, checkpoint: str, cache_dir: str | None,
                                        for c in per_task},
             "here_over_dataset_latency_quartiles": [float(q) for q in ratio.quantile([.25, .5, .75])],
             "round_spread_median": float(np.median(np.abs(np.log(first / second)))),
-            "adapted_here": {str(k): adapted(frame, predicted["model"], embeddings,
-                                             "here_median", k, ADAPT_DRAWS, seed)
+            "adapted_here": {str(k): adapted(frame, model, "here_median", k, ADAPT_DRAWS, seed)
                              for k in adapt}}
 
 
@@ -224,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", default=".cache/features")
     parser.add_argument("--adapt", type=int, nargs="*", default=[4, 8, 16], metavar="K",
                         help="also score the model corrected by K schedules of each task "
-                        "measured here, as bo's surrogate corrects it while tuning")
+                        "measured here, as bo and ms-ours correct it while tuning")
     args = parser.parse_args(argv)
 
     from datagen.errors import UserError
