@@ -103,7 +103,10 @@ def per_task_tau(frame: pd.DataFrame, truth: str, predicted: np.ndarray) -> pd.S
 
 
 def model_predictions(frame: pd.DataFrame, checkpoint: str, cache_dir: str | None) -> dict:
-    """Log-latency-like scores (lower is faster) of the checkpoint and its XGBModel."""
+    """Log-latency-like scores (lower is faster) of the checkpoint ("model") and its XGBModel
+    ("xgb"), with what `adapted` needs: the checkpoint's graph embeddings, its predictor and
+    the records' graphs."""
+    from costmodel.featurize import FeaturizeError
     from costmodel.predictor import CostModelPredictor
     from datagen.tvm_env import make_target
     from training.baselines import load_xgb, predict_xgb
@@ -112,6 +115,8 @@ def model_predictions(frame: pd.DataFrame, checkpoint: str, cache_dir: str | Non
     predictor = CostModelPredictor.load(checkpoint, cache_dir=cache_dir)
     graphs = list(predictor.featurizer.iter_records(
         zip(frame.workload_ir, frame.trace, frame.trace_hash)))
+    if failed := next((g for g in graphs if isinstance(g, FeaturizeError)), None):
+        raise failed
     seconds, embeddings = predictor.predict_and_embed(graphs)
     out = {"model": np.log(seconds), "embeddings": embeddings,
            "predictor": predictor, "graphs": graphs}
