@@ -136,19 +136,23 @@ def adapted(frame: pd.DataFrame, model: dict, labels: str, measured: int, draws:
     surrogate: a GP on the graph embeddings fitted to the residual of log-latency from the
     model's prediction); "finetuned", as `ms-ours` does (the network fine-tuned on them with
     its loss, `tuning.cost_model`'s steps and learning rate), from the checkpoint's weights
-    for every task."""
+    for every task; "finetuned_gp", both (the GP on the fine-tuned network's residual and
+    embeddings)."""
     import copy
 
     from training.metrics import kendall_tau, top_k_score
     from tuning.cost_model import ADAPT_LR, ADAPT_STEPS
     from tuning.search import PriorGP
 
+    import torch
+
+    torch.manual_seed(seed * 1000 + measured)  # fine-tuning draws dropout masks
     prior, embeddings = model["model"], model["embeddings"]
     predictor, graphs = model["predictor"], model["graphs"]
     weights = [copy.deepcopy(m.model.state_dict()) for m in predictor.members]
     latency = frame[labels].to_numpy()
     truth = np.log(latency)
-    rows = {"gp": [], "finetuned": [], "model": [], "dataset": []}
+    rows = {"gp": [], "finetuned": [], "finetuned_gp": [], "model": [], "dataset": []}
     for draw in range(draws):
         rng = np.random.default_rng([seed, measured, draw])
         keys, rest, scored = [], [], {name: [] for name in rows}
@@ -162,7 +166,15 @@ def adapted(frame: pd.DataFrame, model: dict, labels: str, measured: int, draws:
             scored["gp"].append(gp.posterior(list(embeddings[test]), prior[test])[0])
             predictor.adapt([graphs[i] for i in train], latency[train], [0] * len(train),
                             steps=ADAPT_STEPS, lr=ADAPT_LR)
-            scored["finetuned"].append(np.log(predictor.predict_graphs([graphs[i] for i in test])))
+            seconds, emb = predictor.predict_and_embed([graphs[i] for i in index])
+            tuned = dict(zip(index, np.log(seconds)))
+            tuned_emb = dict(zip(index, emb))
+            scored["finetuned"].append(np.array([tuned[i] for i in test]))
+            gp = PriorGP(None, seed)  # both: bo's GP on the fine-tuned network's residual
+            gp.fit(list(emb), [tuned_emb[i] for i in train], np.array([tuned[i] for i in train]),
+                   truth[train])
+            scored["finetuned_gp"].append(gp.posterior([tuned_emb[i] for i in test],
+                                                       np.array([tuned[i] for i in test]))[0])
             for member, state in zip(predictor.members, weights):
                 member.model.load_state_dict(state)
             scored["model"].append(prior[test])

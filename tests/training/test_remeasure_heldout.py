@@ -44,7 +44,7 @@ def test_a_held_out_task_is_measured_here_scored_and_resumed(tmp_path):
     # the model corrected by 4, 8 and 16 schedules measured here, scored on the others
     assert set(summary["adapted_here"]) == {"4", "8", "16"}
     for rows in summary["adapted_here"].values():
-        assert set(rows) == {"gp", "finetuned", "model", "dataset"}
+        assert set(rows) == {"gp", "finetuned", "finetuned_gp", "model", "dataset"}
         assert all(-1 <= r["kendall_tau"] <= 1 and 0 < r["top1_score"] <= 1 for r in rows.values())
 
     proc = run(*args)  # resumed: nothing measured again, the same scores
