@@ -209,7 +209,8 @@ def main() -> None:
     parser.add_argument("--target", help="TVM target as JSON or a tag (default: this CPU); a "
                         "GPU's runs part gpu on this host's GPU")
     parser.add_argument("--report", action="store_true", help="tune nothing: summarise the "
-                        "(workload, seed) pairs finished so far (parts shapes, family and v2)")
+                        "(workload, seed) pairs finished so far (parts shapes, family, v2 and "
+                        "gpu; needs no GPU)")
     parser.add_argument("--family-checkpoint", help="a checkpoint trained with depthwise_conv2d "
                         "held out (part 2 is skipped without it)")
     parser.add_argument("--network-trials", type=int, default=96)
@@ -235,8 +236,8 @@ def main() -> None:
     if "gpu" in args.parts and not on_gpu:
         raise SystemExit("error: --parts gpu tunes on a GPU: give its --target "
                          "(nvidia/nvidia-h100) and run on that GPU's host")
-    try:
-        measurer = Measurer(target)
+    try:  # a report measures nothing, so it runs anywhere (a GPU part's pairs on a laptop)
+        measurer = None if args.report else Measurer(target)
     except UserError as err:
         raise SystemExit(f"error: {err}") from None
     try:
@@ -255,7 +256,8 @@ def main() -> None:
         if "network" in args.parts and not args.report:
             end_to_end(args, target, measurer)
     finally:
-        measurer.close()
+        if measurer is not None:
+            measurer.close()
 
 
 if __name__ == "__main__":
