@@ -35,8 +35,9 @@ table shows both.
 `--diagnose` says what limits the figures: the held-out labels' own ceiling (each record's
 latency from one repeat, drawn at random, ranked by another: tau and top-1 of a perfect model of
 the measurements), how much of the top-1 score its heaviest tasks carry (a ratio of weighted
-sums: long tasks dominate), and how well each variant's first seed fits records it trained on
-(a seeded sample of training workloads) against the validation ones: underfitting or not.
+sums: long tasks dominate), how well each variant's first seed fits records it trained on
+(a seeded sample of training workloads) against the validation and held-out ones: underfitting
+or not, and on each side the tasks whose predicted-fastest schedule costs top-1 the most.
 
 Writes summary.json (every run with its per-network metrics, per variant the mean and standard
 deviation over seeds, the ensembles, the baselines, the variant chosen on validation). Each run
@@ -309,6 +310,7 @@ def hybrid_weight(args, held: HeldOut, members: list[str]) -> tuple[float, dict]
 # --diagnose: draws of one repeat against another; training workloads whose fit is scored
 CEILING_DRAWS = 5
 FIT_WORKLOADS = 120
+WORST_PICKS = 3
 
 
 def label_ceiling(frame: pd.DataFrame, seed: int = 0) -> dict:
@@ -339,20 +341,41 @@ def top1_weight(frame: pd.DataFrame) -> dict:
             "tasks_holding_half": int(np.searchsorted(np.cumsum(share), 0.5) + 1)}
 
 
+def worst_picks(frame: pd.DataFrame, predicted: np.ndarray, n: int = WORST_PICKS) -> list[dict]:
+    """The `n` tasks whose predicted-fastest schedule costs top-1 the most (its weight times
+    the latency it adds over the task's fastest measured one): what a low top-1 is made of."""
+    found = frame.assign(predicted=np.asarray(predicted))
+    rows = []
+    for key, task in found.groupby("workload_key"):
+        best = task.latency_median.min()
+        picked = task.latency_median[task.predicted.idxmin()]  # lower predicts faster
+        rows.append({"workload": key, "weight": float(task.workload_weight.iloc[0]),
+                     "best_us": best * 1e6, "picked_us": picked * 1e6,
+                     "faster_than_pick": int((task.latency_median < picked).sum()),
+                     "records": len(task),
+                     "cost": float(task.workload_weight.iloc[0] * (picked - best))})
+    return sorted(rows, key=lambda r: -r["cost"])[:n]
+
+
 def fit(held: HeldOut, checkpoint_path: str, seed: int = 0) -> dict:
     """Overall metrics of one checkpoint on a seeded sample of `FIT_WORKLOADS` of its training
-    workloads (records it trained on) and on the validation ones (it only chose its epoch
-    there)."""
+    workloads (records it trained on), on the validation ones (it only chose its epoch there)
+    and on the held-out ones, each side with its `worst_picks`."""
     from training.evaluate import _metrics
 
     keys = sorted(held.train.workload_key.unique())
     keys = np.random.default_rng(seed).choice(keys, min(FIT_WORKLOADS, len(keys)), replace=False)
     sides = {"train": held.train[held.train.workload_key.isin(keys)].reset_index(drop=True),
-             "val": held.val}
+             "val": held.val, "test": held.test}
     predictor = held.predictor([checkpoint_path])
-    return {side: {"records": len(frame), **_metrics(
-                frame, predictor.predict_records(frame), predictor.predicts_latency)["overall"]}
-            for side, frame in sides.items() if len(frame)}
+    out = {}
+    for side, frame in sides.items():
+        if len(frame):
+            predicted = predictor.predict_records(frame)
+            out[side] = {"records": len(frame), **_metrics(
+                frame, predicted, predictor.predicts_latency)["overall"],
+                "worst_picks": worst_picks(frame, predicted)}
+    return out
 
 
 def diagnose(args, held: HeldOut, variants: dict) -> dict:
@@ -369,6 +392,11 @@ def diagnose(args, held: HeldOut, variants: dict) -> dict:
         print(f"  {variant} seed {args.seeds[0]} fits " + "; ".join(
             f"{side} tau {m['kendall_tau']:.3f}, top-1 {m['top1_score']:.3f}"
             for side, m in found.items()), flush=True)
+        for side, m in found.items():
+            print(f"    {side}, its costliest top-1 picks: " + "; ".join(
+                f"{r['workload']} (weight {r['weight']:g}) {r['picked_us']:.1f} us against "
+                f"{r['best_us']:.1f}, {r['faster_than_pick']} of {r['records']} faster"
+                for r in m["worst_picks"]), flush=True)
     return out
 
 

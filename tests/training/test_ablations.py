@@ -79,9 +79,12 @@ def test_the_ablation_bench_scores_variants_ensembles_and_a_baseline_and_resumes
     assert diagnosis["top1_weight"]["heaviest_10_share"] == pytest.approx(1.0)
     for variant in ("base", "listmle"):
         fitted = diagnosis["fit"][variant]
-        assert set(fitted) == {"train", "val"} and fitted["train"]["records"] > 0
+        assert set(fitted) == {"train", "val", "test"} and fitted["train"]["records"] > 0
         assert -1 <= fitted["train"]["kendall_tau"] <= 1
+        assert fitted["test"]["worst_picks"][0]["picked_us"] >= fitted["test"]["worst_picks"][0][
+            "best_us"]
         assert f"{variant} seed 0 fits train tau" in third.stdout
+    assert "test, its costliest top-1 picks: " in third.stdout
     assert "held-out labels, one repeat against another" in third.stdout
 
 
@@ -140,3 +143,19 @@ def test_the_label_ceiling_and_top1_weight_by_hand():
     assert ablations.label_ceiling(noisy)["kendall_tau"] < 1.0
     weight = ablations.top1_weight(steady)  # a: 1 x 1.0, b: 3 x 10.0
     assert weight == {"tasks": 2, "heaviest_10_share": 1.0, "tasks_holding_half": 1}
+
+
+def test_the_costliest_picks_by_hand():
+    """Each task's pick is its lowest prediction; the costliest is weight x what it adds."""
+    import numpy as np
+    import pandas as pd
+
+    ablations = _ablations()
+    frame = pd.DataFrame({"workload_key": ["a"] * 3 + ["b"] * 3,
+                          "latency_median": [1e-6, 2e-6, 3e-6, 10e-6, 20e-6, 40e-6],
+                          "workload_weight": [10] * 3 + [1] * 3})
+    # a picks its 3 us schedule (adds 10 x 2 us), b its 20 us one (adds 1 x 10 us)
+    picks = ablations.worst_picks(frame, np.array([0.5, 0.4, 0.1, 3.0, 1.0, 2.0]), n=2)
+    assert [p["workload"] for p in picks] == ["a", "b"]
+    assert picks[0]["picked_us"] == pytest.approx(3.0) and picks[0]["faster_than_pick"] == 2
+    assert picks[1]["cost"] == pytest.approx(10e-6) and picks[1]["records"] == 3
