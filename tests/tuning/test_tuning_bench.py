@@ -22,3 +22,20 @@ def test_gpu_part_without_a_gpu_is_one_line(tmp_path, args, message):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], proc.stderr
     assert not os.listdir(tmp_path)  # nothing tuned, nothing written
+
+
+def test_gpu_part_report_needs_no_gpu(tmp_path):
+    """The pairs measured on a GPU are summarised anywhere: --report measures nothing."""
+    import shutil
+
+    pairs = os.path.join(os.path.dirname(BENCH), "results", "cuda-h100", "tuning-gpu", "pairs")
+    args = [sys.executable, BENCH, "--parts", "gpu", "--target", "nvidia/nvidia-h100",
+            "--seeds", "0", "--trials", "64", "--tuners", "bo", "ms-xgb-pretrained",
+            "ms-default", "--report", "--out", str(tmp_path)]
+    empty = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert empty.returncode != 0 and "no finished (workload, seed) pair" in empty.stderr
+    shutil.copytree(pairs, tmp_path / "tuning-gpu" / "pairs")
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "dense/m197_n2304_k768" in proc.stdout and "bo@64 / ms-xgb-pretrained@64" in proc.stdout
+    assert (tmp_path / "tuning-gpu" / "summary.json").exists()
