@@ -11,10 +11,11 @@ and running (over 100% where they overlap). Repeat with --runs N for a median.
 `tune_tir` can take far longer than datagen (its default builder starts a new worker pool per
 batch). With --tune-tir-cap SECONDS it is stopped at that wall time: its whole run would then have
 taken longer than the cap, so its rate is below (workloads x trials) / cap, and the ratio printed
-is a lower bound (the candidates it had measured by then are shown too).
+is a lower bound (the candidates it had measured by then are shown too). With --out, the runs,
+their medians, the ratio and the device are also written to DIR/result.json.
 
     python bench/collect_vs_tune_tir.py [--trials 64] [--runs 1] [--target TAG]
-        [--tune-tir-cap SECONDS] [WORKLOAD ...]
+        [--tune-tir-cap SECONDS] [--out DIR] [WORKLOAD ...]
     python bench/collect_vs_tune_tir.py --target nvidia/nvidia-h100   # on the GPU host
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import re
 import signal
@@ -117,15 +119,18 @@ def main() -> None:
     parser.add_argument("--tune-tir-cap", type=float, metavar="SECONDS",
                         help="stop tune_tir after this wall time; the ratio is then a lower "
                         "bound (default: no cap)")
+    parser.add_argument("--out", metavar="DIR", help="also write result.json there")
     parser.add_argument("--tune-tir-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--work-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.tune_tir_worker:
         tune_tir_worker(args.workloads, args.trials, args.work_dir, args.target)
         return
+    from datagen.measure import local_device
     from datagen.tvm_env import make_target
 
-    kind = "cpu" if make_target(args.target).kind.name == "llvm" else "gpu"
+    target_kind = make_target(args.target).kind.name
+    kind = "cpu" if target_kind == "llvm" else "gpu"
     runs = []
     for i in range(args.runs):
         run = one_run(args.workloads, args.trials, args.target, args.tune_tir_cap)
@@ -148,6 +153,14 @@ def main() -> None:
     print(f"datagen building+running: {100 * med['busy_share']:.0f}% of collection wall time, "
           f"{100 * med['busy_share_process']:.0f}% of the whole process including start-up "
           f"(target >= {100 * TARGET_BUSY_SHARE:.0f}%)")
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "result.json"), "w") as f:
+            json.dump({"workloads": args.workloads, "trials": args.trials,
+                       "target": args.target or "this CPU", "device": local_device(target_kind),
+                       "tune_tir_cap": args.tune_tir_cap, "runs": runs, "median": med,
+                       "ratio": ratio, "ratio_is_lower_bound": bound,
+                       "target_ratio": TARGET_SPEEDUP[kind]}, f, indent=1)
 
 
 if __name__ == "__main__":

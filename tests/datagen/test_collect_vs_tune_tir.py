@@ -1,6 +1,7 @@
 """bench/collect_vs_tune_tir.py: tune_tir stopped at its cap yields a bound, not a crash."""
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -62,7 +63,7 @@ def test_tuning_records_counts_what_was_written(tmp_path):
 @pytest.mark.slow
 def test_a_capped_tune_tir_gives_a_lower_bound_on_the_ratio(tmp_path):
     proc = subprocess.run([sys.executable, BENCH, "dense/m128_n768_k768", "--trials", "2",
-                           "--tune-tir-cap", "2"], capture_output=True, text=True,
+                           "--tune-tir-cap", "2", "--out", "r"], capture_output=True, text=True,
                           timeout=CLI_TIMEOUT_SEC, cwd=tmp_path,
                           env={**os.environ, "TVM_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -70,3 +71,8 @@ def test_a_capped_tune_tir_gives_a_lower_bound_on_the_ratio(tmp_path):
     assert "at most (stopped at the 2 s cap)" in proc.stdout
     ratio = [line for line in proc.stdout.splitlines() if line.startswith("ratio")]
     assert ratio and ">=" in ratio[0]
+    result = json.loads((tmp_path / "r" / "result.json").read_text())
+    assert result["ratio_is_lower_bound"] and result["runs"][0]["capped"]
+    assert result["device"]["kind"] == "cpu" and result["target_ratio"] == 3.0
+    assert result["ratio"] == pytest.approx(
+        result["median"]["datagen_per_min"] / result["median"]["tune_tir_per_min"])
