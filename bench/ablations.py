@@ -16,6 +16,9 @@ and is scored on the same held-out records: every workload that occurs only in t
   (`costmodel.losses.regret_rank_loss`), so the fast end of each workload weighs most;
 - stores_trace: as stores, plus a third view, the schedule's trace as tokens through
   self-attention (TLP's input: each primitive and its decisions; `--model.use_trace_features`);
+- stores_warps: as stores, plus each memory access's warp features beside its node features
+  (`--model.use_warp_features`: the bank conflict of a shared-memory access, the 32-byte
+  sectors of a global one, for one warp's lanes; `costmodel.featurize.WARP_FEATURES`);
 - narrow: trained on the first dataset (`data/llvm-full`, 52 hand-picked workloads, its own
   held-out-shapes split), scored on the same held-out networks: what the breadth bought.
 
@@ -87,6 +90,8 @@ VARIANTS = {
                       {"use_store_features": True, "rank_loss": "regret"}, {}),
     "stores_trace": ("as stores, plus the schedule's trace as tokens (TLP's view)",
                      {"use_store_features": True, "use_trace_features": True}, {}),
+    "stores_warps": ("as stores, plus each access's warp features (bank conflicts, sectors)",
+                     {"use_store_features": True, "use_warp_features": True}, {}),
     "narrow": ("as base, trained on data/llvm-full (52 workloads)", {},
                {"dataset": "data/llvm-full", "split": "shapes", "test_networks": None}),
 }

@@ -79,7 +79,8 @@ def run_config(args, architecture: dict, mode: str, share: float, seed: int,
              "use_program_features": bool(architecture["num_program_features"]),
              "readout": architecture.get("readout", "mean_max"),
              "use_store_features": bool(architecture.get("num_store_features")),
-             "use_trace_features": bool(architecture.get("num_trace_features"))}
+             "use_trace_features": bool(architecture.get("num_trace_features")),
+             "use_warp_features": bool(architecture.get("num_warp_features"))}
     if mode == "finetuned":
         model["init_from"] = args.init_from
         if args.finetune_lr is not None:

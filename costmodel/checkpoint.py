@@ -11,8 +11,8 @@ Entries (the checkpoints `train fit` writes have these plus Lightning's optimise
 - "costmodel": the self-description. `format_version` (`FORMAT_VERSION`); the featuriser it
   was trained with (`featurizer_version`, `vocabulary`, `node_features`, `program_features`,
   `edge_types`; `store_features`, the layout of MetaSchedule's per-store features, and
-  `trace_features`, the layout of the trace's tokens, each only when the architecture reads
-  them); `architecture`, from which the network is rebuilt
+  `trace_features`, the layout of the trace's tokens, and `warp_features`, the layout of the
+  nodes' warp access features, each only when the architecture reads them); `architecture`, from which the network is rebuilt
   (`costmodel.model.create_model`); `normalization` (its `per_workload` says the model was
   trained on per-workload standardised labels and predicts a relative score, not a latency;
   files without it predict latency); `target` (JSON) and `target_kind`; the training
@@ -96,6 +96,8 @@ def describe(model, normalization: Normalization, target: str, dataset: str, spl
         meta["store_features"] = featurize.STORE_FEATURES_VERSION
     if model.architecture.get("num_trace_features"):
         meta["trace_features"] = trace_features.TRACE_FEATURES_VERSION
+    if model.architecture.get("num_warp_features"):
+        meta["warp_features"] = featurize.WARP_FEATURES_VERSION
     if init_from is not None:
         meta["init_from"] = init_from
     if train_share is not None:
@@ -181,6 +183,13 @@ def validate(path: str, meta: dict, target_kind: str | None = None) -> None:
                         f"{architecture.get('num_trace_kinds')} kinds), this version makes "
                         f"{trace_features.TRACE_FEATURES_VERSION} "
                         f"({trace_features.NUM_TRACE_FEATURES}, {trace_features.TRACE_KINDS}): "
+                        "retrain it")
+    if architecture.get("num_warp_features") and (
+            meta.get("warp_features") != featurize.WARP_FEATURES_VERSION
+            or architecture["num_warp_features"] != featurize.NUM_WARP_FEATURES):
+        raise UserError(f"{path} reads warp features {meta.get('warp_features')} "
+                        f"({architecture['num_warp_features']} per node), this version makes "
+                        f"{featurize.WARP_FEATURES_VERSION} ({featurize.NUM_WARP_FEATURES}): "
                         "retrain it")
     if target_kind is not None and meta["target_kind"] != target_kind:
         raise UserError(f"{path} was trained for {meta['target_kind']} targets, not "

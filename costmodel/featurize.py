@@ -24,6 +24,15 @@ Only nesting comes with reverse edges; a model wanting the others both ways adds
 nodes: the access features summarise them. Whole-program features (`PROGRAM_FEATURES`) ride
 along as `ProgramGraph.program`.
 
+Optionally (`Featurizer(warps=True)`) a graph also carries `WARP_FEATURES` per node as
+`ProgramGraph.warp_x`: how one warp's memory accesses land in hardware. The lanes of a warp are
+the first 32 threads (threadIdx.x fastest, then y, z), every other loop variable at 0, and each
+access's index is evaluated for each lane: a shared-memory access gets its bank conflict (the
+most distinct 4-byte words of one of the 32 banks the warp touches: 1 is conflict-free, 32 one
+word at a time), a global access the distinct 32-byte sectors the warp touches (4 for a
+coalesced float32 read, 32 for a scattered one, 1 for a broadcast). Strides alone cannot say
+this: a stride of 96 words puts a warp in one bank, a stride of 12 in eight.
+
 Optionally (`Featurizer(stores=True)`) a graph also carries MetaSchedule's PerStoreFeature of
 the program as `ProgramGraph.store_x`: one row of `NUM_STORE_FEATURES` hand-made features per
 store statement (loop annotations, arithmetic counts, per-buffer access patterns, reuse and
@@ -87,6 +96,13 @@ NUM_PROGRAM_FEATURES = len(PROGRAM_FEATURES)
 STORE_FEATURES_VERSION = "ms-per-store-feature-5-10"
 NUM_STORE_FEATURES = 164
 
+# per-node features of one warp's accesses (`Featurizer(warps=True)`), log2(1 + x), 0 on nodes
+# that are no shared or global access made by GPU threads
+WARP_FEATURES_VERSION = "warp-1"
+WARP_FEATURES = ("log_bank_conflict", "log_warp_sectors")
+NUM_WARP_FEATURES = len(WARP_FEATURES)
+WARP_SIZE, BANKS, BANK_BYTES, SECTOR_BYTES = 32, 32, 4, 32
+
 DEFAULT_MEMORY_CACHE_SIZE = 4096  # graphs kept in memory, about 50 kB each
 WORKLOAD_DIGEST_CHARS = 16  # workload digest prefix in a record's cache key
 _UNROLL_KEYS = ("pragma_auto_unroll_max_step", "pragma_unroll_explicit")
@@ -118,6 +134,8 @@ class ProgramGraph:
             None unless the featuriser was asked for them.
         trace_kind: int64 [T], trace_x: float32 [T, NUM_TRACE_FEATURES], the schedule's trace
             as tokens (`costmodel.trace_features.trace_tokens`); None unless asked for.
+        warp_x: float32 [N, NUM_WARP_FEATURES], each node's warp access features; None unless
+            the featuriser was asked for them.
     """
 
     node_kind: np.ndarray
@@ -128,6 +146,7 @@ class ProgramGraph:
     store_x: np.ndarray | None = None
     trace_kind: np.ndarray | None = None
     trace_x: np.ndarray | None = None
+    warp_x: np.ndarray | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -144,7 +163,8 @@ class ProgramGraph:
         """A `torch_geometric.data.Data`; `program` is [1, P] so that batches stack it. With
         `store_x`, also `store_x` [S, F] (batches concatenate the rows) and `store_count` [1]
         (batches list each graph's S, which says which graph a row belongs to); with the trace,
-        `trace_kind` [T], `trace_x` [T, F] and `trace_count` [1] likewise."""
+        `trace_kind` [T], `trace_x` [T, F] and `trace_count` [1] likewise; with `warp_x`, that
+        too ([N, W], beside `x`)."""
         import torch
         from torch_geometric.data import Data
 
@@ -159,6 +179,8 @@ class ProgramGraph:
             data.trace_kind = torch.from_numpy(self.trace_kind)
             data.trace_x = torch.from_numpy(self.trace_x)
             data.trace_count = torch.tensor([len(self.trace_x)])
+        if self.warp_x is not None:
+            data.warp_x = torch.from_numpy(self.warp_x)
         return data
 
     def save(self, path: str | os.PathLike) -> None:
@@ -343,6 +365,7 @@ class _GraphBuilder:
         self.conditional = 0
         self.buffers: dict[int, int] = {}  # buffer handle -> its node
         self.accesses: dict[int, list[tuple[str, int]]] = {}  # buffer handle -> (kind, node)
+        self.warp: dict[int, tuple[float, float]] = {}  # access node -> its WARP_FEATURES
         self.stats = {**{f"loops_{k}": 0 for k in LOOP_KINDS}, "parallel": 0, "vector": 0,
                       "unroll": 0, "blocks": 1, "threads": 1, "shared": 0.0, "local": 0.0,
                       "flops": 0.0, "accessed": 0.0, "unique": 0.0, "stores": 0}
@@ -522,11 +545,39 @@ class _GraphBuilder:
                         log_footprint=_log(footprint),
                         **{f"log_stride_{i}": _log(inner[i]) for i in range(STRIDE_LOOPS)},
                         **_scope_feature(_scope(buf)))
+        self.warp_access(node, _scope(buf), _bytes(buf.dtype), offset)
         self.declare(buf, self.parents[0])  # a buffer never declared is a function argument
         self.edges.append((self.buffers[hash(buf)], node, BUFFER))
         self.accesses.setdefault(hash(buf), []).append((kind, node))
         self.stats["accessed"] += self.executions() * _bytes(buf.dtype)
         return node
+
+    def warp_access(self, node: int, scope: str, elem_bytes: float, offset) -> None:
+        """`WARP_FEATURES` of an access (`offset`: its element offset as a function of loop
+        values) made by GPU threads to shared or global memory."""
+        if scope not in ("shared", "global"):
+            return
+        threads = {tag: (var, extent) for var, extent, tag in self.loops
+                   if tag.startswith("threadIdx")}  # the innermost binding of each axis
+        if not threads:
+            return
+        axes = [threads.get(f"threadIdx.{axis}", (None, 1)) for axis in "xyz"]
+        lanes = []
+        for lane in range(min(WARP_SIZE, math.prod(extent for _, extent in axes))):
+            env, rest = {}, lane
+            for var, extent in axes:
+                if var is not None:
+                    env[var] = rest % extent
+                rest //= extent
+            lanes.append(offset(env) * elem_bytes)  # bytes
+        if scope == "shared":
+            banks: dict[int, set[int]] = {}
+            for byte in lanes:
+                word = int(byte // BANK_BYTES)
+                banks.setdefault(word % BANKS, set()).add(word)
+            self.warp[node] = (max(len(words) for words in banks.values()), 0.0)
+        else:
+            self.warp[node] = (0.0, len({int(byte // SECTOR_BYTES) for byte in lanes}))
 
     def compile_index(self, e):
         """An index as a Python function of {loop var handle: value} (missing vars are 0),
@@ -554,14 +605,19 @@ class _GraphBuilder:
                                     "unroll", "blocks", "threads", "shared", "local", "stores")),
                    len(self.kinds)]  # in PROGRAM_FEATURES order
         edges = np.array(self.edges, np.int64).reshape(-1, 3)
+        warp = np.zeros((len(self.kinds), NUM_WARP_FEATURES), np.float32)
+        for node, values in self.warp.items():
+            warp[node] = [_log(v) for v in values]
         return ProgramGraph(node_kind=np.array(self.kinds, np.int64), x=np.stack(self.rows),
                             edge_index=np.ascontiguousarray(edges[:, :2].T),
                             edge_type=edges[:, 2].copy(),
-                            program=np.array([_log(v) for v in program], np.float32))
+                            program=np.array([_log(v) for v in program], np.float32),
+                            warp_x=warp)
 
 
 def build_graph(lowered) -> ProgramGraph:
-    """The graph of a module from `lower_for_features` (all its PrimFuncs, by name).
+    """The graph of a module from `lower_for_features` (all its PrimFuncs, by name), with its
+    warp rows (`warp_x`; a `Featurizer` keeps them only when asked to).
 
     Raises:
         FeaturizeError: if the module holds no PrimFunc or the walk fails.
@@ -595,6 +651,15 @@ def program_features(lowered) -> np.ndarray:
 
 # --- caching front end ------------------------------------------------------------------------
 
+def _save_rows(path: Path, rows: np.ndarray) -> None:
+    """Write an .npy atomically (a concurrent reader sees the whole file or none)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as out:
+        np.save(out, rows, allow_pickle=False)
+    os.replace(tmp, path)
+
+
 def record_key(workload_ir: str, trace_hash: str) -> str:
     """A record's cache key: a digest of its workload, then its trace hash (a trace hash alone
     does not name a program: two shapes of one operator can share a trace)."""
@@ -611,16 +676,19 @@ class Featurizer:
             (None: this host's CPU).
         cache_dir: if given, graphs are also kept as `cache_dir/FEATURIZER_VERSION/KIND/<key>.npz`
             (KIND: the target's kind, since one schedule lowers differently for a CPU and a GPU),
-            and store features as `cache_dir/STORE_FEATURES_VERSION/KIND/<key>.npy`.
+            store features as `cache_dir/STORE_FEATURES_VERSION/KIND/<key>.npy` and warp
+            features as `cache_dir/WARP_FEATURES_VERSION/KIND/<key>.npy`.
         memory_cache_size: graphs kept in memory (the least recently used go first).
         stores: also give every graph its `store_x` (`store_features`).
         traces: also give every graph its schedule's trace as tokens (`trace_kind`, `trace_x`:
             `costmodel.trace_features`); programs must then come as `Schedule`s or records.
+        warps: also give every graph its nodes' warp access features (`warp_x`,
+            `WARP_FEATURES`).
     """
 
     def __init__(self, target=None, cache_dir: str | os.PathLike | None = None,
                  memory_cache_size: int = DEFAULT_MEMORY_CACHE_SIZE, stores: bool = False,
-                 traces: bool = False):
+                 traces: bool = False, warps: bool = False):
         import tvm
 
         from datagen.tvm_env import make_target
@@ -630,15 +698,18 @@ class Featurizer:
         self.cache_dir = Path(cache_dir) / FEATURIZER_VERSION / kind if cache_dir else None
         self.stores = stores
         self.traces = traces
+        self.warps = warps
         self.store_cache_dir = Path(cache_dir) / STORE_FEATURES_VERSION / kind \
             if cache_dir and stores else None
+        self.warp_cache_dir = Path(cache_dir) / WARP_FEATURES_VERSION / kind \
+            if cache_dir and warps else None
         self.memory_cache_size = memory_cache_size
         self._memory: OrderedDict[str, ProgramGraph] = OrderedDict()
         self._workloads: dict[str, object] = {}  # workload_ir digest -> IRModule
 
     def __repr__(self) -> str:
         return (f"Featurizer(version={FEATURIZER_VERSION!r}, target={self.target.kind.name!r}, "
-                f"stores={self.stores}, traces={self.traces}, "
+                f"stores={self.stores}, traces={self.traces}, warps={self.warps}, "
                 f"cache_dir={str(self.cache_dir) if self.cache_dir else None!r})")
 
     def _cached(self, key: str) -> ProgramGraph | None:
@@ -652,6 +723,10 @@ class Featurizer:
             if not (stores := self.store_cache_dir / f"{key}.npy").exists():
                 return None
             graph.store_x = np.load(stores, allow_pickle=False)
+        if self.warps:  # likewise
+            if not (warps := self.warp_cache_dir / f"{key}.npy").exists():
+                return None
+            graph.warp_x = np.load(warps, allow_pickle=False)
         self._remember(key, graph)
         return graph
 
@@ -666,12 +741,9 @@ class Featurizer:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             graph.save(self.cache_dir / f"{key}.npz")
             if self.stores:
-                self.store_cache_dir.mkdir(parents=True, exist_ok=True)
-                path = self.store_cache_dir / f"{key}.npy"
-                tmp = f"{path}.tmp-{os.getpid()}"
-                with open(tmp, "wb") as out:
-                    np.save(out, graph.store_x, allow_pickle=False)
-                os.replace(tmp, path)
+                _save_rows(self.store_cache_dir / f"{key}.npy", graph.store_x)
+            if self.warps:
+                _save_rows(self.warp_cache_dir / f"{key}.npy", graph.warp_x)
         return graph
 
     def _prepare(self, mod):
@@ -680,11 +752,12 @@ class Featurizer:
         return lower_for_features(mod, self.target), \
             store_features(mod, self.target) if self.stores else None
 
-    @staticmethod
-    def _finish(prepared) -> ProgramGraph:
+    def _finish(self, prepared) -> ProgramGraph:
         lowered, store_x = prepared
         graph = build_graph(lowered)
         graph.store_x = store_x
+        if not self.warps:
+            graph.warp_x = None
         return graph
 
     def _trace_of(self, mod_or_schedule) -> str | None:

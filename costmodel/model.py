@@ -33,7 +33,9 @@ def create_model(architecture: dict) -> nn.Module:
 class GraphSAGECostModel(nn.Module):
     """Predicts normalised log-latency of scheduled programs from their graphs.
 
-    Node inputs are an embedding of the node kind plus a projection of the numeric features.
+    Node inputs are an embedding of the node kind plus a projection of the numeric features
+    (with `num_warp_features`, the node's warp access features follow its own in `x`:
+    `Normalization.data` appends them).
     Each layer runs one `SAGEConv` per edge type and sums them (a typed GraphSAGE), followed
     by a residual connection and layer norm. The readout concatenates mean and max pooling,
     optionally a third pooling (`READOUTS`), when given a projection of whole-program
@@ -62,6 +64,8 @@ class GraphSAGECostModel(nn.Module):
         num_trace_kinds: size of the trace tokens' kind vocabulary.
         trace_layers: self-attention layers over the trace.
         num_heads: heads beside one another on the shared readout (1: one head).
+        num_warp_features: warp access features per node after the `num_node_features` (0:
+            none).
 
     Shapes:
         - **input:** node kinds :math:`(|V|)`, node features :math:`(|V|, F)`, edge index
@@ -77,7 +81,7 @@ class GraphSAGECostModel(nn.Module):
                  num_program_features: int = 0, hidden: int = 128, num_layers: int = 3,
                  dropout: float = 0.1, readout: str = "mean_max", num_store_features: int = 0,
                  num_trace_features: int = 0, num_trace_kinds: int = 0, trace_layers: int = 1,
-                 num_heads: int = 1):
+                 num_heads: int = 1, num_warp_features: int = 0):
         super().__init__()
         if readout not in READOUTS:
             raise ValueError(f"unknown readout {readout!r}; choose one of {', '.join(READOUTS)}")
@@ -97,9 +101,11 @@ class GraphSAGECostModel(nn.Module):
                                      num_trace_kinds=num_trace_kinds, trace_layers=trace_layers)
         if num_heads > 1:
             self.architecture["num_heads"] = num_heads
+        if num_warp_features:
+            self.architecture["num_warp_features"] = num_warp_features
         self.num_edge_types = num_edge_types
         self.kind_embedding = nn.Embedding(num_node_kinds, hidden)
-        self.feature_proj = nn.Linear(num_node_features, hidden)
+        self.feature_proj = nn.Linear(num_node_features + num_warp_features, hidden)
         self.layers = nn.ModuleList(
             nn.ModuleList(SAGEConv(hidden, hidden, aggr="mean") for _ in range(num_edge_types))
             for _ in range(num_layers))

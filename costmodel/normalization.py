@@ -45,6 +45,9 @@ class Normalization:
     # trace token features (`ProgramGraph.trace_x`), likewise
     trace_mean: np.ndarray | None = None
     trace_std: np.ndarray | None = None
+    # warp access features (`ProgramGraph.warp_x`), likewise; `data` appends them to `x`
+    warp_mean: np.ndarray | None = None
+    warp_std: np.ndarray | None = None
 
     @classmethod
     def fit(cls, graphs, latencies, per_flop: bool = False,
@@ -55,8 +58,8 @@ class Normalization:
         workload (`per_workload`); `y_mean` is then 0 and `y_std` the pooled within-workload
         standard deviation of the training records, so that a prediction maps to a log-latency
         relative to its workload's mean (`log_latency`), in the units of a typical workload.
-        Graphs with store features (`store_x`) or trace tokens (`trace_x`) standardise those
-        too.
+        Graphs with store features (`store_x`), trace tokens (`trace_x`) or warp features
+        (`warp_x`) standardise those too.
         """
         graphs = list(graphs)
         x = np.concatenate([g.x for g in graphs])
@@ -67,7 +70,8 @@ class Normalization:
         y_mean, y_std = _target_statistics(y, workloads)
         return cls(x.mean(0), x.std(0) + EPS, prog.mean(0), prog.std(0) + EPS,
                    y_mean, y_std, per_flop, workloads is not None,
-                   *_row_statistics(graphs, "store_x"), *_row_statistics(graphs, "trace_x"))
+                   *_row_statistics(graphs, "store_x"), *_row_statistics(graphs, "trace_x"),
+                   *_row_statistics(graphs, "warp_x"))
 
     def refit_targets(self, graphs, latencies, workloads=None) -> "Normalization":
         """A copy whose target statistics (`y_mean`, `y_std`) are fitted on these records (as
@@ -105,7 +109,7 @@ class Normalization:
             return np.where(mask, theirs, ours).astype(np.asarray(ours).dtype)
 
         rows = {}
-        for view in ("store", "trace"):
+        for view in ("store", "trace", "warp"):
             theirs, ours = getattr(source, f"{view}_std"), getattr(self, f"{view}_std")
             if theirs is not None and ours is not None:
                 mask = varied(theirs)
@@ -167,6 +171,15 @@ class Normalization:
                             / torch.from_numpy(self.trace_std)).float()
         elif graph.trace_x is not None:  # a model without the trace view: leave it out
             del data.trace_kind, data.trace_x, data.trace_count
+        if self.warp_mean is not None:  # the model reads them as more node features
+            if graph.warp_x is None:
+                raise ValueError("this normalisation standardises warp features, and the graph "
+                                 "has none: featurise with Featurizer(warps=True)")
+            warp = (data.warp_x - torch.from_numpy(self.warp_mean)) \
+                / torch.from_numpy(self.warp_std)
+            data.x = torch.cat([data.x, warp.float()], dim=1)
+        if graph.warp_x is not None:
+            del data.warp_x
         data.offset = torch.tensor([self.offset(graph)])
         if y is not None:
             data.y = torch.tensor([float(y)])
@@ -199,7 +212,7 @@ def _target_statistics(y: np.ndarray, workloads=None) -> tuple[float, float]:
 
 def _row_statistics(graphs, name: str) -> tuple[np.ndarray | None, np.ndarray | None]:
     """Mean and standard deviation (+ EPS) of the rows of every graph's `name` (store_x,
-    trace_x); (None, None) unless every graph has them; mean 0 and std 1 if none has a row."""
+    trace_x, warp_x); (None, None) unless every graph has them; mean 0 and std 1 if none has a row."""
     if not graphs or any(getattr(g, name) is None for g in graphs):
         return None, None
     rows = np.concatenate([getattr(g, name) for g in graphs])

@@ -81,8 +81,10 @@ class CostModelPredictor:
         self.members = members
         stores = any(m.model.architecture.get("num_store_features") for m in members)
         traces = any(m.model.architecture.get("num_trace_features") for m in members)
+        warps = any(m.model.architecture.get("num_warp_features") for m in members)
         self.featurizer = featurize.Featurizer(json.loads(first.meta["target"]),
-                                               cache_dir=cache_dir, stores=stores, traces=traces)
+                                               cache_dir=cache_dir, stores=stores, traces=traces,
+                                               warps=warps)
 
     @property
     def meta(self) -> dict:

@@ -33,6 +33,7 @@ def _fit(args: list[str] | None) -> int:
             # the data extract store features exactly when the model reads them
             parser.link_arguments("model.use_store_features", "data.store_features")
             parser.link_arguments("model.use_trace_features", "data.trace_features")
+            parser.link_arguments("model.use_warp_features", "data.warp_features")
 
     CLI(CostModelModule, ScheduleDataModule, seed_everything_default=0,
         save_config_kwargs={"overwrite": True}, args=args)

@@ -216,6 +216,8 @@ class ScheduleDataModule(L.LightningDataModule):
             model with `use_store_features`; `train` sets this from it).
         trace_features: also give every record its trace as tokens (for a model with
             `use_trace_features`; `train` sets this from it).
+        warp_features: also give every record's graph its warp access features (for a model
+            with `use_warp_features`; `train` sets this from it).
         seed: seeds the split and the batch order.
         per_flop: learn log-latency per FLOP of the lowered program (the model's output plus
             the program's log FLOPs is its log-latency); off by default, as it ranked worse
@@ -255,6 +257,7 @@ class ScheduleDataModule(L.LightningDataModule):
                  normalize_per_workload: bool = False, train_share: float = 1.0,
                  share_seed: int | None = None, max_cv: float | None = None,
                  store_features: bool = False, trace_features: bool = False,
+                 warp_features: bool = False,
                  joint_dataset: str | None = None, joint_share: float = 1.0):
         super().__init__()
         if per_flop and normalize_per_workload:
@@ -330,7 +333,8 @@ class ScheduleDataModule(L.LightningDataModule):
 
         hp = self.hparams
         featurizer = Featurizer(json.loads(frame.target.iloc[0]), cache_dir=hp.cache_dir,
-                                stores=hp.store_features, traces=hp.trace_features)
+                                stores=hp.store_features, traces=hp.trace_features,
+                                warps=hp.warp_features)
         graphs = []
         rows = zip(frame.workload_ir, frame.trace, frame.trace_hash)
         for graph in tqdm(featurizer.iter_records(rows), total=len(frame), desc="featurise",

@@ -23,7 +23,8 @@ ARCHITECTURE_OPTIONS = {"name": "--model.architecture", "hidden": "--model.hidde
                         "num_trace_features": "--model.use_trace_features",
                         "num_trace_kinds": "--model.use_trace_features",
                         "trace_layers": "--model.trace_layers",
-                        "num_heads": "--model.joint_head"}
+                        "num_heads": "--model.joint_head",
+                        "num_warp_features": "--model.use_warp_features"}
 
 
 def check_same_architecture(path: str, theirs: dict, ours: dict) -> None:
@@ -59,6 +60,9 @@ class CostModelModule(L.LightningModule):
             primitive and its decisions, `costmodel.trace_features`) through self-attention
             beside the graph; `train` passes it on to the data (`trace_features`).
         trace_layers: self-attention layers over the trace (with `use_trace_features`).
+        use_warp_features: also read each memory access's warp features (shared-memory bank
+            conflicts, global sectors per warp: `costmodel.featurize.WARP_FEATURES`) beside
+            its node features; `train` passes it on to the data (`warp_features`).
         joint_head: with `data.joint_dataset`, its records (another target's) train a head of
             their own on the shared layers (MTL-TLP's multi-task recipe) instead of sharing
             the model's one head; predictions always come from the model's own head.
@@ -89,7 +93,7 @@ class CostModelModule(L.LightningModule):
                  lr_schedule: str = "constant", weight_decay: float = 1e-4,
                  mse_weight: float = 1.0, rank_weight: float = 1.0,
                  rank_loss: str = "logistic", init_from: str | None = None,
-                 joint_head: bool = False):
+                 joint_head: bool = False, use_warp_features: bool = False):
         super().__init__()
         RANK_LOSSES.get(rank_loss)  # an unknown name fails here, before any data is read
         if lr_schedule not in LR_SCHEDULES:
@@ -110,7 +114,8 @@ class CostModelModule(L.LightningModule):
             num_program_features=featurize.NUM_PROGRAM_FEATURES if use_program_features else 0,
             hidden=hidden, num_layers=num_layers, dropout=dropout, readout=readout,
             num_store_features=featurize.NUM_STORE_FEATURES if use_store_features else 0,
-            num_heads=2 if joint_head else 1, **traces)
+            num_heads=2 if joint_head else 1,
+            num_warp_features=featurize.NUM_WARP_FEATURES if use_warp_features else 0, **traces)
         # with `init_from`: its normalisation and what the new checkpoint records of it
         self.source_normalization, self.source = None, None
         if init_from:
@@ -131,6 +136,9 @@ class CostModelModule(L.LightningModule):
         if self.hparams.use_trace_features and data.normalization.trace_mean is None:
             raise UserError("use_trace_features needs data with trace tokens: set "
                             "data.trace_features true (train links the two)")
+        if self.hparams.use_warp_features and data.normalization.warp_mean is None:
+            raise UserError("use_warp_features needs data with warp features: set "
+                            "data.warp_features true (train links the two)")
         if self.hparams.joint_head and not data.hparams.joint_dataset:
             raise UserError("joint_head gives another dataset's records a head of their own: "
                             "set data.joint_dataset too, or leave joint_head false")

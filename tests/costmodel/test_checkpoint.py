@@ -324,6 +324,38 @@ def test_a_store_feature_checkpoint_extracts_store_rows_to_predict(tmp_path, gra
                                              target)).featurizer.stores
 
 
+def test_a_warp_feature_checkpoint_featurises_warps_to_predict(tmp_path, graphs, target):
+    """A model that reads warp features records their layout; its predictor computes them for
+    every program it scores (here CUDA schedules, built and featurised without a GPU), and a
+    file naming another layout is refused."""
+    gpu = make_target("nvidia/nvidia-a100")
+    featurizer = featurize.Featurizer(gpu, warps=True)
+    schedules, cuda = [], []
+    for c in ScheduleSampler(DENSE.mod, gpu).random(12, 0, set()):
+        try:
+            cuda.append(featurizer.featurize(c.mod))
+        except featurize.FeaturizeError:
+            continue
+        schedules.append(c.sch)
+    assert len(cuda) >= 2
+    torch.manual_seed(0)
+    model = create_model({**architecture(), "num_warp_features": featurize.NUM_WARP_FEATURES})
+    norm = Normalization.fit(cuda, np.linspace(1e-4, 2e-4, len(cuda)))
+    meta = checkpoint.describe(model, norm, target_json(gpu), "data/x", "shapes",
+                               {"train": ["dense/a"], "val": [], "test": []})
+    assert meta["warp_features"] == featurize.WARP_FEATURES_VERSION
+    checkpoint.save(str(tmp_path / "w.ckpt"), model, meta, {})
+    predictor = CostModelPredictor.load(str(tmp_path / "w.ckpt"))
+    assert predictor.featurizer.warps and not predictor.featurizer.stores
+    seconds = predictor.predict(schedules)
+    np.testing.assert_allclose(seconds, predictor.predict_graphs(cuda), rtol=1e-5)
+    checkpoint.save(str(tmp_path / "old.ckpt"), model, {**meta, "warp_features": "warp-0"}, {})
+    with pytest.raises(UserError, match=r"reads warp features warp-0 \(2 per node\).*retrain"):
+        checkpoint.load(str(tmp_path / "old.ckpt"))
+    assert not CostModelPredictor.load(write(tmp_path / "g.ckpt", graphs,
+                                             target)).featurizer.warps
+
+
 def test_a_trace_reading_checkpoint_tokenises_traces_to_predict(tmp_path, target):
     """A model that reads the trace view records its token layout; its predictor tokenises the
     trace of every schedule it scores (and of every record), and a file naming another layout

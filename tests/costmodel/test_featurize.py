@@ -6,7 +6,7 @@ import pytest
 from costmodel.featurize import (EDGE_TYPES, FEATURIZER_VERSION, NODE_FEATURES,
                                  NUM_NODE_FEATURES, NUM_PROGRAM_FEATURES, NUM_STORE_FEATURES,
                                  PROGRAM_FEATURES, STORE_FEATURES_VERSION, VOCABULARY,
-                                 FeaturizeError, Featurizer, ProgramGraph, build_graph,
+                                 WARP_FEATURES, WARP_FEATURES_VERSION, FeaturizeError, Featurizer, ProgramGraph, build_graph,
                                  lower_for_features, program_features, record_key,
                                  store_features)
 from datagen.sampler import ScheduleSampler
@@ -318,3 +318,68 @@ def test_graphs_carry_trace_tokens_only_when_asked(candidates, target, tmp_path)
         traced.featurize(cand.mod)
     [error] = Featurizer(target, traces=True).iter_records([(ir, "{not json", "f" * 40)])
     assert isinstance(error, FeaturizeError)  # one bad record is reported, not raised
+
+
+def strided_kernel(stride: int):
+    """32 GPU threads: thread t copies A[t * stride] into shared S[t * stride], then writes
+    B[t] = S[t * stride] + A[0]. Written as TIR by hand, so the expected warp features are
+    known: TVMScript's well-formedness check rejects blocks under a thread binding written
+    this way, which the lowering accepts."""
+    import tvm
+    from tvm.script import tirx as T
+
+    @T.prim_func(check_well_formed=False)
+    def main(A: T.Buffer((1024,), "float32"), B: T.Buffer((32,), "float32")):
+        for tx in T.thread_binding(32, thread="threadIdx.x"):
+            with T.sblock("copy"):
+                v = T.axis.spatial(32, tx)
+                S = T.alloc_buffer((1024,), "float32", scope="shared")
+                S[v * stride] = A[v * stride]
+                B[v] = S[v * stride] + A[0]
+
+    return tvm.IRModule({"main": main})
+
+
+@pytest.mark.parametrize("stride, ways, sectors", [
+    (1, 1, 4),     # consecutive words: every bank once; 128 bytes are 4 sectors
+    (2, 2, 8),     # every other word: two lanes per bank
+    (31, 1, 32),   # an odd stride meets every bank once, yet each lane its own sector
+    (32, 32, 32),  # one bank for the whole warp: 32 words one at a time
+])
+def test_warp_features_of_known_access_patterns(stride, ways, sectors):
+    g = build_graph(lower_for_features(strided_kernel(stride), make_target("nvidia/nvidia-a100")))
+    names = {i: name for name, i in VOCABULARY.items()}
+    seen = sorted((names[int(k)], *(round(2 ** v - 1) for v in w))
+                  for k, w in zip(g.node_kind, g.warp_x) if w.any())
+    assert WARP_FEATURES == ("log_bank_conflict", "log_warp_sectors")
+    assert seen == sorted([("load", 0, sectors), ("store", ways, 0),  # S[t*s] = A[t*s]
+                           ("load", ways, 0), ("load", 0, 1),  # S[t*s], A[0]: a broadcast
+                           ("store", 0, 4)])  # B[t]
+
+
+def test_graphs_carry_warp_rows_only_when_asked(candidates, target, tmp_path):
+    """With `warps=True` a graph carries one row of warp features per node (all 0 on a CPU,
+    which has no threads), the disk cache keeps them beside the graph, and a graph cached
+    without them is featurised again rather than handed out without them."""
+    workload, cand = candidates[1]
+    ir = workload.definition()
+    plain = Featurizer(target, cache_dir=tmp_path).featurize_record(ir, cand.trace_json,
+                                                                    cand.trace_hash)
+    assert plain.warp_x is None and not hasattr(plain.to_pyg(), "warp_x")
+    with_warps = Featurizer(target, cache_dir=tmp_path, warps=True)
+    graph = with_warps.featurize_record(ir, cand.trace_json, cand.trace_hash)
+    assert graph.warp_x.shape == (graph.num_nodes, len(WARP_FEATURES)) and not graph.warp_x.any()
+    np.testing.assert_array_equal(graph.x, plain.x)
+    key = record_key(ir, cand.trace_hash)
+    assert (tmp_path / WARP_FEATURES_VERSION / "llvm" / f"{key}.npy").exists()
+    cached = Featurizer(target, cache_dir=tmp_path, warps=True).featurize("never lowered", key)
+    assert cached.warp_x.shape == graph.warp_x.shape
+    assert graph.to_pyg().warp_x.shape == graph.warp_x.shape
+    gpu = Featurizer(make_target("nvidia/nvidia-a100"), warps=True)
+    lowered = []
+    for c in ScheduleSampler(DENSE.mod, gpu.target).random(8, seed=0, seen=set()):
+        try:
+            lowered.append(gpu.featurize(c.mod))
+        except FeaturizeError:
+            continue
+    assert lowered and all(g.warp_x[:, 1].any() for g in lowered)  # every kernel reads memory

@@ -339,6 +339,35 @@ def test_store_rows_are_standardised_with_the_training_statistics():
         norm.data(_graphs(1)[0])
 
 
+def test_warp_rows_join_the_node_features_standardised():
+    """A normalisation fitted on graphs with warp rows appends them, standardised, to each
+    node's features: the input of a model with `num_warp_features`; without them nothing is
+    appended, and a graph without rows is refused by one that has them."""
+    from torch_geometric.data import Batch
+
+    from costmodel.featurize import NUM_NODE_FEATURES
+    from costmodel.normalization import Normalization
+
+    graphs = _graphs(3)
+    for i, g in enumerate(graphs):
+        g.warp_x = np.array([[0.0, 1.0 + i], [2.0, 1.0 + i]], np.float32)
+    norm = Normalization.from_dict(Normalization.fit(graphs, [1e-3, 2e-3, 3e-3]).to_dict())
+    np.testing.assert_allclose(norm.warp_mean, [1.0, 2.0])
+    batch = Batch.from_data_list([norm.data(g) for g in graphs])
+    assert batch.x.shape == (6, NUM_NODE_FEATURES + 2) and not hasattr(batch, "warp_x")
+    np.testing.assert_allclose(batch.x[:, NUM_NODE_FEATURES].numpy(), [-1, 1] * 3, rtol=1e-5)
+    np.testing.assert_allclose(batch.x[:2, -1].numpy(), [-np.sqrt(1.5)] * 2, rtol=1e-5)
+    model = GraphSAGECostModel(3, NUM_NODE_FEATURES, 2, hidden=8, num_warp_features=2)
+    assert model.architecture["num_warp_features"] == 2
+    assert model.feature_proj.in_features == NUM_NODE_FEATURES + 2
+    assert "num_warp_features" not in GraphSAGECostModel(3, 3, 2).architecture  # as before
+    plain = Normalization.fit(_graphs(3), [1e-3, 2e-3, 3e-3])
+    assert plain.warp_mean is None
+    assert plain.data(graphs[0]).x.shape == (2, NUM_NODE_FEATURES)  # rows a model does not read
+    with pytest.raises(ValueError, match="Featurizer\\(warps=True\\)"):
+        norm.data(_graphs(1)[0])
+
+
 def test_per_workload_normalization_standardises_each_workload():
     from costmodel.normalization import Normalization
 

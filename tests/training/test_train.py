@@ -282,6 +282,36 @@ def test_store_features_train_through_the_cli(tiny_dataset, tmp_path):
     assert proc.returncode != 0  # linked: only the model's flag sets it
 
 
+def test_warp_features_train_through_the_cli(tiny_dataset, tmp_path):
+    """`--model.use_warp_features` alone makes the data give every graph its warp rows (the
+    CLI links the two; on this CPU dataset they are all 0): the checkpoint reads them beside
+    the node features and scores replayed schedules as it scores their records."""
+    import tvm
+
+    from costmodel import checkpoint as checkpoint_file
+    from costmodel.featurize import NUM_NODE_FEATURES, NUM_WARP_FEATURES, WARP_FEATURES_VERSION
+    from costmodel.predictor import CostModelPredictor
+    from datagen.records import read_records
+    from datagen.sampler import replay
+
+    proc = train("--data.dataset", tiny_dataset, "--trainer.max_epochs", "1",
+                 "--model.use_warp_features", "true", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (path,) = glob.glob(str(tmp_path / "checkpoints" / "*.ckpt"))
+    ckpt = checkpoint_file.read(path)
+    meta = ckpt["costmodel"]
+    assert meta["architecture"]["num_warp_features"] == NUM_WARP_FEATURES
+    assert meta["warp_features"] == WARP_FEATURES_VERSION
+    assert ckpt["state_dict"]["model.feature_proj.weight"].shape[1] \
+        == NUM_NODE_FEATURES + NUM_WARP_FEATURES
+    frame = read_records(tiny_dataset)
+    frame = frame[frame.status == "ok"].head(8)
+    predictor = CostModelPredictor.load(path)
+    mods = [replay(tvm.ir.load_json(r.workload_ir), r.trace).mod for r in frame.itertuples()]
+    np.testing.assert_allclose(predictor.predict(mods), predictor.predict_records(frame),
+                               rtol=1e-5)
+
+
 def test_trace_features_train_through_the_cli(tiny_dataset, tmp_path):
     """`--model.use_trace_features` alone makes the data tokenise every record's trace (the
     CLI links the two): the checkpoint reads the trace view, and scores replayed schedules as
