@@ -17,7 +17,9 @@ then undefined). The share is a seeded draw within each workload that keeps at l
 --split-seed) is the same for every run, and validation and test keep all their records. Each
 run keeps its checkpoint of best validation Kendall tau; it is scored on the held-out side with
 `costmodel evaluate`'s metrics (`training.evaluate.score`: Kendall tau, top-1 score, MAPE, and
-the others, averaged over workloads). So is --init-from itself, untrained on the dataset
+the others, averaged over workloads). With --warp-features every mode's model also reads
+each access's warp features (the GPU recipe; a source without them starts the fine-tuned
+model with zero weights on them). So is --init-from itself, untrained on the dataset
 ("source": its zero-shot ranking; its MAPE says little when its target differs).
 
 Writes summary.json (every run, and per mode and share the mean and standard deviation over
@@ -80,7 +82,8 @@ def run_config(args, architecture: dict, mode: str, share: float, seed: int,
              "readout": architecture.get("readout", "mean_max"),
              "use_store_features": bool(architecture.get("num_store_features")),
              "use_trace_features": bool(architecture.get("num_trace_features")),
-             "use_warp_features": bool(architecture.get("num_warp_features"))}
+             "use_warp_features": bool(architecture.get("num_warp_features"))
+             or args.warp_features}
     if mode == "finetuned":
         model["init_from"] = args.init_from
         if args.finetune_lr is not None:
@@ -110,6 +113,8 @@ def settings(args) -> dict:
     # only when set, so results made before these options read back
     if args.normalize_per_workload:
         wanted["normalize_per_workload"] = True
+    if args.warp_features:
+        wanted["warp_features"] = True
     if set(JOINT_MODES) & set(args.modes):
         wanted.update(joint_dataset=portable(args.joint_dataset), joint_share=args.joint_share)
     return wanted
@@ -432,6 +437,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="joint modes: the share of --joint-dataset's records they train on")
     parser.add_argument("--normalize-per-workload", action="store_true",
                         help="labels standardised within each workload, in every mode")
+    parser.add_argument("--warp-features", action="store_true",
+                        help="every mode's model also reads warp features (the GPU recipe); "
+                             "a source without them is widened to read them "
+                             "(`training.module.widen_with_warp_features`)")
     parser.add_argument("--accelerator", choices=["cpu", "gpu"], default="cpu",
                         help="trains on it (one device) and scores on it")
     parser.add_argument("--config", default=CONFIG, help="base `train fit` config")

@@ -92,7 +92,8 @@ LONG_TUNERS = ["ms-xgb-pretrained", "ms-default"]  # the baselines that the targ
 def part(name, workloads, checkpoint, args, target, measurer) -> None:
     from datagen.tvm_env import describe_target
     from datagen.workloads import resolve
-    from tuning.compare import format_summary, plot_curves, run_curves, summarize
+    from tuning.compare import (format_summary, model_ids, plot_curves, run_curves,
+                                same_models, summarize)
     from tuning.pretrained_xgb import pretrained_xgb_file
     from tuning.tuner import TUNERS as REGISTRY
     from tuning.tuner import SearchInputs, load_predictor
@@ -109,9 +110,10 @@ def part(name, workloads, checkpoint, args, target, measurer) -> None:
     tuner_trials = {t: trials if t in args.long_tuners else min(args.trials) for t in tuners}
     xgb = pretrained_xgb_file(checkpoint, predictor.meta,
                               os.path.join(out, "cache"))
+    inputs = SearchInputs(predictor, pretrained_xgb=xgb)
     results, remeasured = run_curves(
         resolve(workloads), tuners, trials, args.seeds, out, target, measurer,
-        SearchInputs(predictor, pretrained_xgb=xgb), args.trials_per_iter,
+        inputs, args.trials_per_iter,
         remeasure_budgets=args.trials, tuner_trials=tuner_trials, finished_only=args.report)
     if not results:
         raise SystemExit(f"{name}: no finished (workload, seed) pair in {out}/pairs yet")
@@ -122,11 +124,16 @@ def part(name, workloads, checkpoint, args, target, measurer) -> None:
     summary["measured_on"] = sorted({describe_target(t) for per_seed in
                                      done["measured_on"].values() for t in per_seed})
     summary["pair_seeds"] = done["pair_seeds"]
+    summary["models"] = done["models"]
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     plot_curves(results, os.path.join(out, "curves.png"))
     print(f"== {name}: {len(results)} of {len(workloads)} workloads, seeds {args.seeds}, "
           f"{args.trials_per_iter} trials per round, measured on {summary['measured_on']} ==")
+    if not same_models(done["models"], model_ids(inputs)):
+        made = ", ".join(f"{m['file']} ({m['sha256'][:12]})" for ids in done["models"].values()
+                         for m in (ids if isinstance(ids, list) else [ids]))
+        print(f"(made with {made}: not the models of {checkpoint} now)")
     print(format_summary(summary, {t: REGISTRY.get(t).description for t in tuners}))
     print()
 
@@ -255,6 +262,8 @@ def main() -> None:
                  target, measurer)
         if "network" in args.parts and not args.report:
             end_to_end(args, target, measurer)
+    except UserError as err:
+        raise SystemExit(f"error: {err}") from None
     finally:
         if measurer is not None:
             measurer.close()

@@ -28,18 +28,33 @@ ARCHITECTURE_OPTIONS = {"name": "--model.architecture", "hidden": "--model.hidde
 
 
 def check_same_architecture(path: str, theirs: dict, ours: dict) -> None:
-    """A checkpoint's weights start a model only of its own architecture.
+    """A checkpoint's weights start a model only of its own architecture, or of the same one
+    with warp features it never read (`widen_with_warp_features`).
 
     Raises:
         UserError: one line naming each argument that differs, with both values.
     """
-    differ = [k for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k)]
+    differ = [k for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k)
+              and not (k == "num_warp_features" and not theirs.get(k))]
     if differ:
         cells = "; ".join(f"{k} {theirs.get(k)} there, {ours.get(k)} here"
                           + (f" ({ARCHITECTURE_OPTIONS[k]})" if k in ARCHITECTURE_OPTIONS else "")
                           for k in differ)
         raise UserError(f"init_from {path} has another architecture: {cells}; train with its "
                         "values to start from it")
+
+
+def widen_with_warp_features(state: dict, theirs: dict, ours: dict) -> dict:
+    """A source network's parameters for a model that also reads warp features (`ours` has
+    `num_warp_features`, `theirs`, e.g. a CPU model, has none): the node projection gains a
+    zero column per warp feature, so the widened network starts out predicting exactly what
+    the source predicts and learns what the new features are worth."""
+    extra = ours.get("num_warp_features", 0) - theirs.get("num_warp_features", 0)
+    if extra <= 0:
+        return state
+    weight = state["feature_proj.weight"]
+    return {**state, "feature_proj.weight": torch.cat(
+        [weight, weight.new_zeros(weight.shape[0], extra)], dim=1)}
 
 
 class CostModelModule(L.LightningModule):
@@ -80,10 +95,11 @@ class CostModelModule(L.LightningModule):
         init_from: a trained checkpoint to start from instead of random weights (fine-tuning,
             e.g. a CPU model on a few GPU measurements). It is read like any checkpoint
             (`costmodel.checkpoint.load`: no code runs), may be of another target kind, and
-            its architecture must be this one. The data keep its input standardisation for
-            every feature it saw vary, while the target statistics are fitted on the new
-            training records (`Normalization.with_inputs_of` says why); the new checkpoint
-            records where it started (`init_from`, `checkpoint.provenance`).
+            its architecture must be this one, except that a source without warp features may
+            start a model with them (`widen_with_warp_features`). The data keep its input
+            standardisation for every feature it saw vary, while the target statistics are
+            fitted on the new training records (`Normalization.with_inputs_of` says why); the
+            new checkpoint records where it started (`init_from`, `checkpoint.provenance`).
     """
 
     def __init__(self, architecture: str = "graphsage", hidden: int = 128, num_layers: int = 3,
@@ -122,7 +138,8 @@ class CostModelModule(L.LightningModule):
             source = checkpoint.load(init_from)
             check_same_architecture(init_from, source.model.architecture,
                                     self.model.architecture)
-            self.model.load_state_dict(source.model.state_dict())
+            self.model.load_state_dict(widen_with_warp_features(
+                source.model.state_dict(), source.model.architecture, self.model.architecture))
             self.source_normalization = source.normalization
             self.source = checkpoint.provenance(source)
         self._eval_outputs: list[tuple[np.ndarray, ...]] = []

@@ -30,6 +30,7 @@ import shutil
 
 import numpy as np
 
+from datagen.errors import UserError
 from tuning.tuner import RECORDS_FILE, SearchInputs, best_so_far, read_curve, tune_workload
 
 REFERENCE = "ms-default"
@@ -61,7 +62,12 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
     only at the budgets it reached). Each finished (workload, seed) is kept in `pair_file` and
     read back from there if it covers the same tuners, budgets, rounds and models. With
     `finished_only`, nothing is tuned: only the pairs already there are read (a workload
-    without any is left out), for a report of a comparison still under way.
+    without any is left out), for a report of a comparison still under way; they are read
+    whatever models they were made with, as long as all were made with the same ones
+    (results.json names them under "models").
+
+    Raises:
+        UserError: with `finished_only`, pairs made with different models.
 
     Returns:
         curves: {workload key: {tuner: [latencies per trial, one list per seed]}}
@@ -77,11 +83,15 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
     measured_on: dict = {w.key: [] for w in workloads}
     pair_seeds: dict = {w.key: [] for w in workloads}
     models = model_ids(inputs)
+    made_with: dict[str, dict] = {}  # pair file -> the models it was made with
     for seed in seeds:  # seed outermost: an interrupted benchmark leaves whole seeds behind
         for w in workloads:
-            pair = _read_pair(pair_file(out, w.key, seed), runs_to, budgets, rounds, models)
+            path = pair_file(out, w.key, seed)
+            pair = _read_pair(path, runs_to, budgets, rounds, None if finished_only else models)
             if pair is None and finished_only:
                 continue
+            if finished_only:
+                made_with[path] = pair.get("models")
             if pair is None:
                 pair = _run_pair(w, tuners, runs_to, budgets, seed, out, target, measurer,
                                  inputs, trials_per_iter, progress, rounds, models)
@@ -96,10 +106,17 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
             pair_seeds[w.key].append(seed)
     for key in [k for k, seeds_done in pair_seeds.items() if not seeds_done]:
         del results[key], remeasured[key], measured_on[key], pair_seeds[key]
+    if made_with:
+        first, *rest = made_with.items()
+        other = next((path for path, ids in rest if not same_models(ids, first[1])), None)
+        if other is not None:
+            raise UserError(f"{first[0]} and {other} were made with different models: report "
+                            "pairs of one model at a time (move the others to another --out)")
+        models = first[1]
     _write_json(os.path.join(out, "results.json"),
                 {"trials": trials, "tuner_trials": runs_to, "seeds": seeds,
-                 "pair_seeds": pair_seeds, "measured_on": measured_on, "curves": results,
-                 "remeasured": remeasured})
+                 "pair_seeds": pair_seeds, "measured_on": measured_on, "models": models,
+                 "curves": results, "remeasured": remeasured})
     return results, remeasured
 
 
@@ -129,13 +146,14 @@ def model_ids(inputs: SearchInputs) -> dict:
 
 
 def _read_pair(path: str, runs_to: dict[str, int], budgets: list[int], rounds: int,
-               models: dict):
+               models: dict | None):
+    """A finished pair of these tuners, budgets, rounds and models (None: any models)."""
     if not os.path.exists(path):
         return None
     with open(path) as f:
         pair = json.load(f)
     same = pair.get("rounds") == rounds and pair.get("tuner_trials") == runs_to and \
-        same_models(pair.get("models"), models) and \
+        (models is None or same_models(pair.get("models"), models)) and \
         all(str(b) in pair["budgets"] for b in budgets)
     return pair if same else None
 

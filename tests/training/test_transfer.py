@@ -152,6 +152,44 @@ def test_init_from_another_architecture_is_one_clear_error(tmp_path, ours, their
     assert "\n" not in text
 
 
+def test_a_source_without_warp_features_starts_a_model_with_them(tmp_path):
+    """A CPU model never read warp features: fine-tuning it into a model that does copies every
+    weight and gives the warp columns zero weights, so the widened network predicts exactly
+    what the source does until training moves them. The other way round is refused."""
+    from costmodel.model import batch_inputs
+    from torch_geometric.data import Batch
+
+    path = write_source(tmp_path / "cpu.ckpt")
+    module = CostModelModule(hidden=16, num_layers=2, dropout=0.0, init_from=path,
+                             use_warp_features=True)
+    source = checkpoint.load(path).model.eval()
+    model = module.model.eval()
+    n, w = featurize.NUM_NODE_FEATURES, featurize.NUM_WARP_FEATURES
+    weight = model.feature_proj.weight
+    assert weight.shape[1] == n + w and not weight[:, n:].any()
+    assert torch.equal(weight[:, :n], source.feature_proj.weight)
+    graphs = [featurize.ProgramGraph(
+        node_kind=np.zeros(3, np.int64), x=np.random.default_rng(i).normal(size=(3, n)).astype(
+            np.float32), edge_index=np.array([[0, 1], [1, 2]]), edge_type=np.zeros(2, np.int64),
+        program=np.zeros(featurize.NUM_PROGRAM_FEATURES, np.float32),
+        warp_x=np.full((3, w), 2.0 + i, np.float32)) for i in range(2)]
+    norm = Normalization.fit(graphs, [1e-3, 2e-3])
+    plain = dataclasses.replace(norm, warp_mean=None, warp_std=None)
+    widened = Batch.from_data_list([norm.data(g) for g in graphs])
+    narrow = Batch.from_data_list([plain.data(g) for g in graphs])
+    with torch.no_grad():
+        torch.testing.assert_close(model(*batch_inputs(model, widened)),
+                                   source(*batch_inputs(source, narrow)))
+    wide = create_model({**architecture(), "num_warp_features": w})
+    meta = checkpoint.describe(wide, norm, GPU_TARGET, "data/x", "shapes",
+                               {"train": ["dense/a"], "val": [], "test": ["dense/b"]})
+    checkpoint.save(str(tmp_path / "wide.ckpt"), wide, meta, {})
+    with pytest.raises(UserError, match=r"num_warp_features 2 there, None here "
+                                        r"\(--model.use_warp_features\)"):
+        CostModelModule(hidden=16, num_layers=2, dropout=0.0, init_from=str(tmp_path /
+                                                                             "wide.ckpt"))
+
+
 class RunsCode:
     """A pickle that runs a shell command when unpickled."""
 

@@ -165,3 +165,36 @@ def test_a_report_reads_finished_pairs_and_tunes_nothing(tmp_path):
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["pair_seeds"] == {done.key: [1]}
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_report_reads_pairs_of_other_models_but_never_mixes_two(tmp_path):
+    """A report shows what was measured, whatever model measured it (results.json names it),
+    but pairs of two different models are one error, not one table."""
+    import json
+
+    from datagen.errors import UserError
+    from datagen.workloads import resolve
+    from tuning.compare import pair_file, run_curves
+    from tuning.tuner import SearchInputs
+
+    first, second = resolve(["dense/m128_n768_k768", "softmax/rows1536_cols128"])
+    old = {"checkpoints": [{"file": "gpu.ckpt", "sha256": "old"}]}
+    pair = {"rounds": 2, "tuner_trials": {"bo": 4}, "models": old, "target": "{}",
+            "curves": {"bo": [3.0, 2.0, 2.0, 1.0]}, "budgets": {"4": {"bo": [1.0, 1.1]}}}
+    for w in (first, second):
+        os.makedirs(os.path.dirname(pair_file(str(tmp_path), w.key, 0)), exist_ok=True)
+        with open(pair_file(str(tmp_path), w.key, 0), "w") as f:
+            json.dump(pair, f)
+
+    def report():
+        return run_curves([first, second], ["bo"], 4, [0], str(tmp_path), None, None,
+                          SearchInputs(), 4, rounds=2, finished_only=True)
+
+    results, _ = report()  # SearchInputs() has no models: the pairs' are other ones
+    assert list(results) == [first.key, second.key]
+    assert json.loads((tmp_path / "results.json").read_text())["models"] == old
+    with open(pair_file(str(tmp_path), second.key, 0), "w") as f:
+        json.dump({**pair, "models": {"checkpoints": [{"file": "gpu.ckpt", "sha256": "new"}]}},
+                  f)
+    with pytest.raises(UserError, match="were made with different models"):
+        report()

@@ -25,10 +25,13 @@ def test_gpu_part_without_a_gpu_is_one_line(tmp_path, args, message):
 
 
 def test_gpu_part_report_needs_no_gpu(tmp_path):
-    """The pairs measured on a GPU are summarised anywhere: --report measures nothing."""
+    """The pairs measured on a GPU are summarised anywhere: --report measures nothing, and
+    says when the pairs were made with another model than the shipped one (these, with the
+    GPU model before the warp features)."""
     import shutil
 
-    pairs = os.path.join(os.path.dirname(BENCH), "results", "cuda-h100", "tuning-gpu", "pairs")
+    pairs = os.path.join(os.path.dirname(BENCH), "results", "cuda-h100",
+                         "tuning-gpu-store-model", "pairs")
     args = [sys.executable, BENCH, "--parts", "gpu", "--target", "nvidia/nvidia-h100",
             "--seeds", "0", "--trials", "64", "--tuners", "bo", "ms-xgb-pretrained",
             "ms-default", "--report", "--out", str(tmp_path)]
@@ -38,4 +41,5 @@ def test_gpu_part_report_needs_no_gpu(tmp_path):
     proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "dense/m197_n2304_k768" in proc.stdout and "bo@64 / ms-xgb-pretrained@64" in proc.stdout
+    assert "(made with graphsage-h100.ckpt (" in proc.stdout
     assert (tmp_path / "tuning-gpu" / "summary.json").exists()
