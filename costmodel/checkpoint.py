@@ -12,16 +12,17 @@ Entries (the checkpoints `train fit` writes have these plus Lightning's optimise
   was trained with (`featurizer_version`, `vocabulary`, `node_features`, `program_features`,
   `edge_types`; `store_features`, the layout of MetaSchedule's per-store features, and
   `trace_features`, the layout of the trace's tokens, and `warp_features`, the layout of the
-  nodes' warp access features, each only when the architecture reads them); `architecture`, from which the network is rebuilt
-  (`costmodel.model.create_model`); `normalization` (its `per_workload` says the model was
-  trained on per-workload standardised labels and predicts a relative score, not a latency;
-  files without it predict latency); `target` (JSON) and `target_kind`; the training
-  `dataset`, `split` and `sides` (the workload keys of each side); `train_share` (`share`,
-  its `seed`, and the training `records` of the side's `of`; absent from older files); if its
-  training started from another checkpoint's weights (`--model.init_from`),
-  `init_from` (`provenance`: that file's path and SHA-256, its target, dataset and split);
-  if another dataset trained beside its own (`--data.joint_dataset`), `joint` (that
-  `dataset`, the `share` of it, its `target`, and the `records` and `workloads` trained on).
+  nodes' warp access features, each only when the architecture reads them); `architecture`,
+  from which the network is rebuilt (`costmodel.model.create_model`); `normalization` (its
+  `per_workload` says the model was trained on per-workload standardised labels and predicts a
+  relative score, not a latency; files without it predict latency); `target` (JSON) and
+  `target_kind`; the training `dataset`, `split` and `sides` (the workload keys of each side);
+  `train_share` (`share`, its `seed`, and the training `records` of the side's `of`; absent
+  from older files); if its training started from another checkpoint's weights
+  (`--model.init_from`), `init_from` (`provenance`: that file's path and SHA-256, its target,
+  dataset and split); if another dataset trained beside its own (`--data.joint_dataset`),
+  `joint` (that `dataset`, the `share` of it, its `target`, and the `records` and `workloads`
+  trained on).
 - "hyper_parameters": the training hyperparameters (the loss settings also serve `adapt`).
 - "state_dict": the network's parameters, each key prefixed with "model.".
 

@@ -212,7 +212,8 @@ def _target_statistics(y: np.ndarray, workloads=None) -> tuple[float, float]:
 
 def _row_statistics(graphs, name: str) -> tuple[np.ndarray | None, np.ndarray | None]:
     """Mean and standard deviation (+ EPS) of the rows of every graph's `name` (store_x,
-    trace_x, warp_x); (None, None) unless every graph has them; mean 0 and std 1 if none has a row."""
+    trace_x, warp_x); (None, None) unless every graph has them; mean 0 and std 1 if none has
+    a row."""
     if not graphs or any(getattr(g, name) is None for g in graphs):
         return None, None
     rows = np.concatenate([getattr(g, name) for g in graphs])

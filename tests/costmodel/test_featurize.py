@@ -6,9 +6,9 @@ import pytest
 from costmodel.featurize import (EDGE_TYPES, FEATURIZER_VERSION, NODE_FEATURES,
                                  NUM_NODE_FEATURES, NUM_PROGRAM_FEATURES, NUM_STORE_FEATURES,
                                  PROGRAM_FEATURES, STORE_FEATURES_VERSION, VOCABULARY,
-                                 WARP_FEATURES, WARP_FEATURES_VERSION, FeaturizeError, Featurizer, ProgramGraph, build_graph,
-                                 lower_for_features, program_features, record_key,
-                                 store_features)
+                                 WARP_FEATURES, WARP_FEATURES_VERSION, FeaturizeError,
+                                 Featurizer, ProgramGraph, build_graph, lower_for_features,
+                                 program_features, record_key, store_features)
 from datagen.sampler import ScheduleSampler
 from datagen.tvm_env import make_target
 from datagen.workloads import Workload
