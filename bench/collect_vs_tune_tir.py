@@ -82,6 +82,17 @@ def tuning_records(work_dir: str) -> int:
     return n
 
 
+def per_candidate(dataset: str) -> dict:
+    """From datagen's records: the median seconds one candidate took to build and to measure
+    (load, warm-up, repeats, a retry), and the sum of the latter."""
+    from datagen.records import read_records
+
+    frame = read_records(dataset, ["build_secs", "run_secs"])
+    return {"build_secs_median": float(frame.build_secs.median()),
+            "run_secs_median": float(frame.run_secs.median()),
+            "run_secs_sum": float(frame.run_secs.sum())}
+
+
 def one_run(workloads: list[str], trials: int, target: str | None,
             cap: float | None = None) -> dict:
     env_threads = os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))))
@@ -91,9 +102,11 @@ def one_run(workloads: list[str], trials: int, target: str | None,
                                 "--out", os.path.join(tmp, "ds"), "--per-workload", str(trials),
                                 "--no-progress", "--threads", env_threads, *targeted])
         n_d = int(re.search(r"committed (\d+) candidates", out).group(1))
-        shares = re.search(r"building (\d+)%, running (\d+)%", out)
+        shares = re.search(r"building (\d+)%, running (\d+)%, drawing (\d+)%", out)
+        idle = re.search(r"measuring waited (\d+)%", out)
         inner_wall = float(re.search(r"wall ([\d.]+) s", out).group(1))
         busy = (int(shares.group(1)) + int(shares.group(2))) / 100
+        each = per_candidate(os.path.join(tmp, "ds"))
         print(f"datagen: {n_d} candidates in {wall_d:.1f} s ({60 * n_d / wall_d:.1f}/min)",
               flush=True)
         tune_dir = os.path.join(tmp, "tune")
@@ -106,7 +119,11 @@ def one_run(workloads: list[str], trials: int, target: str | None,
     n_rate = len(workloads) * trials if capped else n_t
     return {"datagen_per_min": 60 * n_d / wall_d, "tune_tir_per_min": 60 * n_rate / wall_t,
             "n_datagen": n_d, "n_tune_tir": n_t, "wall_datagen": wall_d, "wall_tune_tir": wall_t,
-            "capped": capped, "busy_share": busy, "busy_share_process": busy * inner_wall / wall_d}
+            "capped": capped, "busy_share": busy, "busy_share_process": busy * inner_wall / wall_d,
+            # where datagen's collection wall time went (shares overlap where it overlaps)
+            "datagen_wall": inner_wall, "build_share": int(shares.group(1)) / 100,
+            "run_share": int(shares.group(2)) / 100, "draw_share": int(shares.group(3)) / 100,
+            "idle_share": int(idle.group(1)) / 100 if idle else None, **each}
 
 
 def main() -> None:
@@ -140,7 +157,8 @@ def main() -> None:
         print(f"run {i + 1}: datagen {run['n_datagen']} candidates in {run['wall_datagen']:.1f} s"
               f" ({run['datagen_per_min']:.1f}/min); tune_tir {stopped}"
               f"{run['tune_tir_per_min']:.1f}/min{'' if run['capped'] else ')'}", flush=True)
-    med = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "capped"}
+    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]
+           if k != "capped" and runs[0][k] is not None}
     ratio = med["datagen_per_min"] / med["tune_tir_per_min"]
     bound = any(r["capped"] for r in runs)
     print(f"\nworkloads: {', '.join(args.workloads)}; {args.trials} candidates each; "
@@ -153,6 +171,13 @@ def main() -> None:
     print(f"datagen building+running: {100 * med['busy_share']:.0f}% of collection wall time, "
           f"{100 * med['busy_share_process']:.0f}% of the whole process including start-up "
           f"(target >= {100 * TARGET_BUSY_SHARE:.0f}%)")
+    print(f"datagen's {med['datagen_wall']:.1f} s of collection: building "
+          f"{100 * med['build_share']:.0f}%, running {100 * med['run_share']:.0f}%, drawing "
+          f"{100 * med['draw_share']:.0f}%" + (
+              f"; measuring waited {100 * med['idle_share']:.0f}% of it for drawing and "
+              "building" if "idle_share" in med else ""))
+    print(f"per candidate (median): building {med['build_secs_median']:.2f} s, measuring "
+          f"{med['run_secs_median']:.3f} s ({med['run_secs_sum']:.1f} s measuring in all)")
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "result.json"), "w") as f:

@@ -92,9 +92,12 @@ def _collect(args) -> int:
     if summary.committed:
         wall = max(summary.wall, 1e-9)
         beside = " (drawing and building beside running)" if summary.overlapped else ""
+        idle = (f"; measuring waited {100 * summary.idle_wall / wall:.0f}% of it for a wave "
+                "to be drawn and built" if summary.overlapped else "")
         print(f"wall {summary.wall:.1f} s: building {100 * summary.build_wall / wall:.0f}%, "
-              f"running {100 * summary.run_wall / wall:.0f}%{beside}, "
-              f"{60 * summary.committed / wall:.1f} candidates/min")
+              f"running {100 * summary.run_wall / wall:.0f}%, "
+              f"drawing {100 * summary.draw_wall / wall:.0f}%{beside}, "
+              f"{60 * summary.committed / wall:.1f} candidates/min{idle}")
     for key in summary.exhausted:
         print(f"note: {key}: no unseen schedule left in its design space")
     return 0

@@ -119,7 +119,9 @@ class CollectSummary:
     wall: float = 0.0
     build_wall: float = 0.0
     run_wall: float = 0.0
+    draw_wall: float = 0.0
     overlapped: bool = False  # building (and drawing) ran beside measuring
+    idle_wall: float = 0.0  # overlapped: the measuring waited for a wave drawn and built
 
 
 def load_state(out: str, target_text: str) -> dict[str, WorkloadState]:
@@ -385,8 +387,10 @@ class _Collection:
             if w.key not in samplers:
                 # drawn before the round is measured, not while: every core may draw
                 samplers[w.key] = ScheduleSampler(w.mod, self.cfg.target, threads=usable_cores())
+            start = time.perf_counter()
             cands = draw_round(samplers[w.key], self.cfg, w.key, self.states[w.key],
                                self.wanted(w))
+            self.summary.draw_wall += time.perf_counter() - start
             if not cands:
                 self.exhausted(w)
                 continue
@@ -406,7 +410,9 @@ class _Collection:
         def prepare(wave: list[Workload]) -> tuple:
             """Draw and build one round of each workload of `wave`."""
             jobs = [(w, self.states[w.key], self.wanted(w)) for w in wave]
+            start = time.perf_counter()
             rounds = drawer.draw(jobs)
+            self.summary.draw_wall += time.perf_counter() - start
             built = self.measurer.build([c.mod for cands in rounds for c in cands])
             return wave, rounds, built
 
@@ -417,7 +423,9 @@ class _Collection:
         future, built = submit(set()), []
         try:
             while future is not None:
+                start = time.perf_counter()
                 wave, rounds, built = self.wait(future)
+                self.summary.idle_wall += time.perf_counter() - start
                 future = submit({w.key for w in wave})  # the next wave, while this one runs
                 at = 0
                 for w, cands in zip(wave, rounds):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -188,6 +189,7 @@ def test_overlapped_collection_records_what_one_round_at_a_time_records(tmp_path
     proc, in_processes = collected("processes", *random_only, "--overlap", "on",
                                    "--draw-workers", "2")
     assert "(drawing and building beside running)" in proc.stdout
+    assert re.search(r"drawing \d+% .*; measuring waited \d+% of it", proc.stdout)
     _, in_thread = collected("thread", *random_only, "--overlap", "on", "--draw-workers", "1")
     assert rounds(in_processes) == rounds(serial) == rounds(in_thread)
     assert set(serial["round"]) == {0, 1, 2}

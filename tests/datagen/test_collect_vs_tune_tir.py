@@ -76,3 +76,7 @@ def test_a_capped_tune_tir_gives_a_lower_bound_on_the_ratio(tmp_path):
     assert result["device"]["kind"] == "cpu" and result["target_ratio"] == 3.0
     assert result["ratio"] == pytest.approx(
         result["median"]["datagen_per_min"] / result["median"]["tune_tir_per_min"])
+    run = result["runs"][0]  # on the CPU: one round at a time, so no waiting is recorded
+    assert 0 < run["run_share"] <= 1 and 0 <= run["draw_share"] <= 1 and run["idle_share"] is None
+    assert run["build_secs_median"] > 0 and 0 < run["run_secs_median"] <= run["run_secs_sum"]
+    assert "drawing" in proc.stdout and "measuring waited" not in proc.stdout
