@@ -192,7 +192,7 @@ class ProgramGraph:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ProgramGraph:
-        with np.load(path) as data:
+        with np.load(path, allow_pickle=False) as data:
             return cls(**{name: data[name] for name in _ARRAYS})
 
 
@@ -651,7 +651,7 @@ def program_features(lowered) -> np.ndarray:
 
 # --- caching front end ------------------------------------------------------------------------
 
-def _save_rows(path: Path, rows: np.ndarray) -> None:
+def save_rows(path: Path, rows: np.ndarray) -> None:
     """Write an .npy atomically (a concurrent reader sees the whole file or none)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
@@ -741,9 +741,9 @@ class Featurizer:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             graph.save(self.cache_dir / f"{key}.npz")
             if self.stores:
-                _save_rows(self.store_cache_dir / f"{key}.npy", graph.store_x)
+                save_rows(self.store_cache_dir / f"{key}.npy", graph.store_x)
             if self.warps:
-                _save_rows(self.warp_cache_dir / f"{key}.npy", graph.warp_x)
+                save_rows(self.warp_cache_dir / f"{key}.npy", graph.warp_x)
         return graph
 
     def _prepare(self, mod):

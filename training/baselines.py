@@ -181,12 +181,12 @@ def per_store_features(frame: pd.DataFrame, target, progress: bool = False,
     Args:
         cache_dir: a `Featurizer` cache folder: a record whose store features it already
             holds (under its `trace_hash`) is read from there (plain arrays, nothing unpickled)
-            instead of lowered again.
+            instead of lowered again; one it does not hold is added.
     """
     import tvm
     from tqdm import tqdm
 
-    from costmodel.featurize import STORE_FEATURES_VERSION, record_key, store_features
+    from costmodel.featurize import STORE_FEATURES_VERSION, record_key, save_rows, store_features
 
     cached = Path(cache_dir) / STORE_FEATURES_VERSION / target.kind.name if cache_dir else None
     hashes = frame.trace_hash if cached is not None else [None] * len(frame)
@@ -195,6 +195,7 @@ def per_store_features(frame: pd.DataFrame, target, progress: bool = False,
     for key, workload_ir, trace, trace_hash in tqdm(
             zip(frame.workload_key, frame.workload_ir, frame.trace, hashes), total=len(frame),
             unit="rec", desc="PerStoreFeature", disable=not progress):
+        path = None
         if trace_hash:  # the Featurizer's cache key: a digest of the workload, the trace hash
             if key not in prefixes:
                 prefixes[key] = record_key(workload_ir, "")
@@ -204,6 +205,8 @@ def per_store_features(frame: pd.DataFrame, target, progress: bool = False,
         if key not in workloads:
             workloads[key] = tvm.ir.load_json(workload_ir)
         features.append(store_features(replay(workloads[key], trace).mod, target))
+        if path is not None:
+            save_rows(path, features[-1])
     return features
 
 

@@ -6,6 +6,7 @@
     train fit --config configs/graphsage.yaml --trainer.accelerator gpu --trainer.devices 1
 
     costmodel evaluate CHECKPOINT [CHECKPOINT ...] --dataset DIR --out DIR [--split shapes]
+        [--cache-dir .cache/features]
     costmodel convert OLD.ckpt NEW.ckpt
 
 `train` is LightningCLI over `CostModelModule` and `ScheduleDataModule`. `costmodel evaluate`
@@ -51,7 +52,7 @@ def _evaluate(args) -> int:
     report = evaluate(args.checkpoints, args.dataset, args.out, args.split, args.test_fraction,
                       args.test_families, args.seed, baseline=not args.no_baseline,
                       test_networks=args.test_networks, ensemble=args.ensemble,
-                      baselines=args.baselines)
+                      baselines=args.baselines, cache_dir=args.cache_dir)
     for name, m in report["models"].items():
         cells = ", ".join(f"{k} {v:.3f}" for k, v in m["mean"].items() if v is not None)
         print(f"{name}: {cells}")
@@ -91,6 +92,9 @@ def costmodel_main(argv: list[str] | None = None) -> int:
     p.add_argument("--baselines", nargs="+", choices=BASELINES.names(),
                    help=f"baselines to score (default: all of {', '.join(BASELINES.names())})")
     p.add_argument("--no-baseline", action="store_true", help="skip every baseline")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="read and add featurised records here (training's is .cache/features): "
+                   "what is cached is not lowered again (default: no cache)")
     p.set_defaults(func=_evaluate)
     p = sub.add_parser("convert", help="rewrite an older-format checkpoint in the current format")
     p.add_argument("source")

@@ -162,10 +162,12 @@ def choose_sides(meta: dict, frame: pd.DataFrame, split: str | None, test_fracti
 def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None = None,
              test_fraction: float = 0.2, test_families: list[str] | None = None,
              seed: int = 0, baseline: bool = True, test_networks: list[str] | None = None,
-             ensemble: bool = False, baselines: list[str] | None = None) -> dict:
+             ensemble: bool = False, baselines: list[str] | None = None,
+             cache_dir: str | None = None) -> dict:
     """Evaluate checkpoints (one per training seed, or all of them as one ensemble) and the
     baselines (`baselines`: names in `BASELINES`, default all; none if not `baseline`);
-    write the report.
+    write the report. With `cache_dir` (a `Featurizer` cache, as training fills), records
+    featurised before are read from it rather than lowered again, and new ones are added.
 
     Raises:
         UserError: unreadable checkpoints, an unknown baseline, a dataset without usable
@@ -178,8 +180,8 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
         if baseline else []
     for name in names:
         BASELINES.get(name)  # an unknown name fails before any work
-    predictors = [CostModelPredictor.load(checkpoints)] if ensemble else \
-        [CostModelPredictor.load(c) for c in checkpoints]
+    predictors = [CostModelPredictor.load(checkpoints, cache_dir)] if ensemble else \
+        [CostModelPredictor.load(c, cache_dir) for c in checkpoints]
     frame, dropped = usable(read_records(dataset, RECORD_COLUMNS))
     if frame.empty:
         raise UserError(f"{dataset} has no successfully measured records")
@@ -211,7 +213,8 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
     target = make_target(json.loads(meta["target"]))
     for name in names:  # each baseline once per checkpoint seed
         runs = []
-        for scores in BASELINES.get(name)(train, test, target, list(range(len(predictors)))):
+        for scores in BASELINES.get(name)(train, test, target, list(range(len(predictors))),
+                                          cache_dir=cache_dir):
             preds.setdefault(name, -scores)  # higher score is faster: negate to order as latency
             runs.append(_metrics(test, -scores, latency=False))
         mean, std = _spread(runs)

@@ -126,6 +126,25 @@ def test_evaluate_holds_out_the_named_families_without_split(checkpoint, tiny_da
     assert report["split"] == "family" and report["test_families"] == ["dense"]
 
 
+def test_evaluate_reads_and_fills_a_feature_cache(checkpoint, tiny_dataset, tmp_path):
+    """--cache-dir: the model's graphs and the baselines' store rows land in the cache, and a
+    report made from it scores as one made without it."""
+    def report(name: str, *extra: str) -> dict:
+        run_cli("evaluate", checkpoint, "--dataset", tiny_dataset, "--out", str(tmp_path / name),
+                "--baselines", "lightgbm", *extra, prog="costmodel", check=True)
+        models = json.loads((tmp_path / name / "report.json").read_text())["models"]
+        return {name: m["mean"] for name, m in models.items()}
+
+    cache = tmp_path / "cache"
+    plain = report("plain")
+    assert report("filled", "--cache-dir", str(cache)) == plain
+    graphs = list(cache.glob("tir-graph-*/llvm/*.npz"))
+    stores = list(cache.glob("ms-per-store-feature-*/llvm/*.npy"))
+    assert graphs and stores
+    assert report("read", "--cache-dir", str(cache)) == plain
+    assert sorted(cache.glob("tir-graph-*/llvm/*.npz")) == sorted(graphs)
+
+
 def test_evaluate_an_ensemble(checkpoint, tiny_dataset, tmp_path):
     out = tmp_path / "eval"
     run_cli("evaluate", checkpoint, checkpoint, "--ensemble", "--dataset", tiny_dataset,
