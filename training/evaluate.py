@@ -170,8 +170,9 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
     featurised before are read from it rather than lowered again, and new ones are added.
 
     Raises:
-        UserError: unreadable checkpoints, an unknown baseline, a dataset without usable
-            records or with records of several targets, a split that leaves a side empty.
+        UserError: unreadable checkpoints, an unknown baseline, a cache folder that cannot be
+            written, a dataset without usable records or with records of several targets, a
+            split that leaves a side empty.
     """
     from costmodel.predictor import CostModelPredictor
     from training.baselines import BASELINES
@@ -180,6 +181,15 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
         if baseline else []
     for name in names:
         BASELINES.get(name)  # an unknown name fails before any work
+    if cache_dir is not None:  # likewise a cache that cannot be written
+        try:
+            os.makedirs(cache_dir, exist_ok=True)
+        except OSError as err:
+            raise UserError(f"--cache-dir {cache_dir}: {err.strerror}; name a folder this user "
+                            "can write, or leave the option out") from None
+        if not os.access(cache_dir, os.W_OK | os.X_OK):
+            raise UserError(f"--cache-dir {cache_dir}: not writable; name a folder this user "
+                            "can write, or leave the option out")
     predictors = [CostModelPredictor.load(checkpoints, cache_dir)] if ensemble else \
         [CostModelPredictor.load(c, cache_dir) for c in checkpoints]
     frame, dropped = usable(read_records(dataset, RECORD_COLUMNS))

@@ -145,6 +145,15 @@ def test_evaluate_reads_and_fills_a_feature_cache(checkpoint, tiny_dataset, tmp_
     assert sorted(cache.glob("tir-graph-*/llvm/*.npz")) == sorted(graphs)
 
 
+def test_evaluate_refuses_a_cache_it_cannot_write(checkpoint, tiny_dataset, tmp_path):
+    (tmp_path / "a-file").write_text("not a folder")
+    proc = run_cli("evaluate", checkpoint, "--dataset", tiny_dataset, "--out",
+                   str(tmp_path / "eval"), "--cache-dir", str(tmp_path / "a-file"),
+                   prog="costmodel")
+    assert_clean_error(proc, "--cache-dir", prog="costmodel")
+    assert not (tmp_path / "eval").exists()
+
+
 def test_evaluate_an_ensemble(checkpoint, tiny_dataset, tmp_path):
     out = tmp_path / "eval"
     run_cli("evaluate", checkpoint, checkpoint, "--ensemble", "--dataset", tiny_dataset,
