@@ -201,11 +201,11 @@ class HeldOut:
         self.device = "cuda" if args.accelerator == "gpu" else "cpu"
 
     def predictor(self, checkpoints: list[str]):
-        """One checkpoint, or several as an ensemble."""
+        """One checkpoint, or several as an ensemble: the networks alone (`--hybrid` blends)."""
         from costmodel.predictor import CostModelPredictor
 
         return CostModelPredictor.load(checkpoints if len(checkpoints) > 1 else checkpoints[0],
-                                       cache_dir=self.cache_dir, device=self.device)
+                                       cache_dir=self.cache_dir, device=self.device, blend=False)
 
     def score(self, checkpoints: list[str]) -> dict:
         """Overall and per-network metrics of one checkpoint, or several as an ensemble."""
@@ -218,7 +218,9 @@ class HeldOut:
                side: str = "test") -> dict:
         """Metrics on one side ("test" or "val") of the checkpoints' (ensemble's) predictions
         blended with another model's scores of that side (lower is faster), each standardised
-        within its workload first: `weight` of ours, 1 - `weight` of the other's."""
+        within its workload first: `weight` of ours, 1 - `weight` of the other's (the blend
+        `costmodel blend` ships, `costmodel.blend.blend`)."""
+        from costmodel.blend import blend
         from training.evaluate import _metrics
 
         frame = getattr(self, side)
@@ -227,8 +229,7 @@ class HeldOut:
             self.predicted[tuple(checkpoints), side] = np.log(
                 self.predictor(checkpoints).predict_records(frame))
         ours = self.predicted[tuple(checkpoints), side]
-        both = (weight * within_workload_z(keys, ours)
-                + (1 - weight) * within_workload_z(keys, other))
+        both = blend(ours, -np.asarray(other), keys.to_numpy(), weight)
         found = _metrics(frame, both, latency=False)
         return {"overall": found["overall"], "per_network": found["per_network"]}
 
@@ -254,15 +255,6 @@ def spread(rows: list[dict]) -> dict:
         out[metric] = {"mean": float(np.mean(vals)), "std": float(np.std(vals)),
                        "n": len(vals)} if vals else None
     return out
-
-
-def within_workload_z(keys, values) -> np.ndarray:
-    """`values` standardised within each workload (mean 0, standard deviation 1 where the
-    workload's values differ)."""
-    frame = pd.DataFrame({"k": np.asarray(keys), "v": np.asarray(values, float)})
-    group = frame.groupby("k").v
-    std = group.transform("std").fillna(0).to_numpy()
-    return (frame.v.to_numpy() - group.transform("mean").to_numpy()) / np.where(std > 0, std, 1)
 
 
 def baseline_scores(args, held: HeldOut, name: str, side: str = "test") -> np.ndarray:

@@ -5,16 +5,21 @@
     on_gpu = CostModelPredictor.load("checkpoints/graphsage.ckpt", device="cuda")
     seconds = predictor.predict([sch1, sch2, ...])          # Schedules or scheduled IRModules
     seconds = predictor.predict_records(frame)              # rows of a datagen dataset
+
+A checkpoint with a LightGBM companion beside it (`NAME.lgb.npz`, `costmodel.blend`) predicts
+the blend of both unless loaded with `blend=False`.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
 
 import numpy as np
 import torch
 
+from costmodel import blend as blending
 from costmodel import checkpoint, featurize
 from costmodel.model import batch_inputs
 from datagen.errors import UserError
@@ -60,12 +65,18 @@ class CostModelPredictor:
     the workload's typical program (see `Normalization.log_latency`); they rank the programs
     of one workload and nothing more. Members must agree on which of the two they predict.
 
+    With a `companion` (`costmodel.blend.LightGBMCompanion`), predictions are the blend of
+    the networks' and LightGBM's within each workload (`costmodel.blend.blend`); the
+    embeddings stay the networks'.
+
     Args:
         members: loaded `checkpoint.Checkpoint`s (one for a single model).
         cache_dir: optional on-disk cache of featurised graphs.
+        companion: a LightGBM model fitted on the members' training records, to blend with.
     """
 
-    def __init__(self, members: list[checkpoint.Checkpoint], cache_dir: str | None = None):
+    def __init__(self, members: list[checkpoint.Checkpoint], cache_dir: str | None = None,
+                 companion: blending.LightGBMCompanion | None = None):
         if not members:
             raise UserError("a predictor needs at least one checkpoint")
         first = members[0]
@@ -79,7 +90,9 @@ class CostModelPredictor:
                                 "predicts a score relative to each workload "
                                 "(normalize_per_workload), the others a latency")
         self.members = members
-        stores = any(m.model.architecture.get("num_store_features") for m in members)
+        self.companion = companion
+        stores = companion is not None or \
+            any(m.model.architecture.get("num_store_features") for m in members)
         traces = any(m.model.architecture.get("num_trace_features") for m in members)
         warps = any(m.model.architecture.get("num_warp_features") for m in members)
         self.featurizer = featurize.Featurizer(json.loads(first.meta["target"]),
@@ -105,25 +118,42 @@ class CostModelPredictor:
         return (f"CostModelPredictor(featurizer={self.meta['featurizer_version']!r}, "
                 f"target={self.target_kind!r}, split={self.meta['split']!r}, "
                 f"predicts={'latency' if self.predicts_latency else 'relative score'!r}, "
-                f"members={len(self.members)})")
+                f"members={len(self.members)}"
+                + (f", blended with {self.companion!r})" if self.companion else ")"))
 
     @classmethod
     def load(cls, paths: str | list[str], cache_dir: str | None = None,
-             target_kind: str | None = None, device: str | None = None) -> "CostModelPredictor":
+             target_kind: str | None = None, device: str | None = None,
+             blend: bool = True) -> "CostModelPredictor":
         """Load one checkpoint, or several as an ensemble (`costmodel.checkpoint.load` each),
-        with the networks on the torch `device` ("cpu" if None; "cuda", "cuda:1", ...).
+        with the networks on the torch `device` ("cpu" if None; "cuda", "cuda:1", ...), and,
+        if `blend`, the LightGBM companion beside the (first) checkpoint when there is one.
 
         Raises:
             UserError: a checkpoint that is missing, unsafe, of another format, featuriser,
                 architecture or (when `target_kind` is given) target kind; members that
-                disagree on the target; a device this torch cannot use.
+                disagree on the target; a device this torch cannot use; a companion that is
+                unreadable or fitted on other records.
         """
         where = torch_device(device)
         paths = [paths] if isinstance(paths, str) else list(paths)
         members = [checkpoint.load(p, target_kind) for p in paths]
         for m in members:
             m.model.to(where)
-        return cls(members, cache_dir)
+        companion = None
+        if blend and os.path.isfile(beside := blending.beside(paths[0])):
+            companion = blending.LightGBMCompanion.load(beside, members[0].meta, paths[0])
+            if other := next((m for m in members[1:] if blending.fingerprint(m.meta)
+                              != companion.info["fingerprint"]), None):
+                raise UserError(f"{beside} was fitted on the training records of {paths[0]}, "
+                                f"which {other.path} was not trained on; ensemble members of "
+                                "one split, or load with blend=False")
+        return cls(members, cache_dir, companion)
+
+    @property
+    def files(self) -> list[str]:
+        """The files the predictions come from: the checkpoints and any companion."""
+        return [m.path for m in self.members] + ([self.companion.path] if self.companion else [])
 
     @property
     def device(self) -> torch.device:
@@ -136,27 +166,30 @@ class CostModelPredictor:
             raise UserError(f"an ensemble of {len(self.members)} is saved as one checkpoint "
                             "per member; save each member's predictor")
         m = self.members[0]
-        checkpoint.save(path, m.model, m.meta, m.hparams)
+        checkpoint.save(path, m.model, m.meta, m.hparams)  # a companion is its own file
 
-    def predict_graphs(self, graphs: list) -> np.ndarray:
+    def predict_graphs(self, graphs: list, groups=None) -> np.ndarray:
         """Latency in seconds for each `ProgramGraph` (a relative score if not
-        `predicts_latency`)."""
-        return self.predict_and_embed(graphs)[0]
+        `predicts_latency`); `groups`: see `predict_and_embed`."""
+        return self.predict_and_embed(graphs, groups)[0]
 
     @torch.no_grad()
-    def predict_and_embed(self, graphs) -> tuple[np.ndarray, np.ndarray]:
+    def predict_and_embed(self, graphs, groups=None) -> tuple[np.ndarray, np.ndarray]:
         """Latency in seconds and the network's graph embedding (the head's input) per graph.
 
         `graphs` may be any iterable (e.g. `Featurizer.iter_featurize`): batches of
         PREDICT_BATCH are scored as soon as they are there. Results leave the device the
-        network runs on.
+        network runs on. With a companion, `groups` (one label per graph: its workload) says
+        within which graphs the predictions are blended; None: all are one workload's.
         """
         from torch_geometric.data import Batch
 
         width = sum(m.model.embedding_size for m in self.members)
-        log_seconds, embeddings = [], []
+        log_seconds, embeddings, throughput = [], [], []
         graphs = iter(graphs)
         while chunk := list(itertools.islice(graphs, PREDICT_BATCH)):
+            if self.companion is not None:
+                throughput.append(self.companion.throughput([g.store_x for g in chunk]))
             logs, embs = [], []
             for m in self.members:
                 m.model.eval()
@@ -170,7 +203,14 @@ class CostModelPredictor:
             embeddings.append(np.concatenate(embs, axis=1))
         if not log_seconds:
             return np.zeros(0), np.zeros((0, width))
-        return np.exp(np.concatenate(log_seconds)), np.concatenate(embeddings)
+        log_seconds = np.concatenate(log_seconds)
+        if self.companion is not None:
+            groups = np.zeros(len(log_seconds)) if groups is None else np.asarray(groups)
+            if len(groups) != len(log_seconds):
+                raise ValueError(f"{len(groups)} groups for {len(log_seconds)} graphs")
+            log_seconds = blending.blend(log_seconds, np.concatenate(throughput), groups,
+                                         self.companion.weight)
+        return np.exp(log_seconds), np.concatenate(embeddings)
 
     def adapt(self, graphs: list, latencies, groups, steps: int, lr: float) -> float:
         """Fine-tune every member on measured programs (full-batch Adam, each member's own
@@ -213,7 +253,8 @@ class CostModelPredictor:
 
     def predict(self, schedules: list) -> np.ndarray:
         """Latency in seconds for scheduled IRModules or `tvm.s_tir.Schedule`s (only
-        `Schedule`s for a model that reads traces: an IRModule has none)."""
+        `Schedule`s for a model that reads traces: an IRModule has none). A companion blends
+        them as candidates of one workload."""
         return self.score_schedules(schedules)[0]
 
     def score_schedules(self, schedules: list) -> tuple[np.ndarray, np.ndarray]:
@@ -235,4 +276,4 @@ class CostModelPredictor:
             zip(frame.workload_ir, frame.trace, frame.trace_hash)))
         if failed := next((g for g in graphs if isinstance(g, featurize.FeaturizeError)), None):
             raise failed
-        return self.predict_graphs(graphs)
+        return self.predict_graphs(graphs, frame.workload_key.to_numpy())

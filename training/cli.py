@@ -6,13 +6,15 @@
     train fit --config configs/graphsage.yaml --trainer.accelerator gpu --trainer.devices 1
 
     costmodel evaluate CHECKPOINT [CHECKPOINT ...] --dataset DIR --out DIR [--split shapes]
-        [--cache-dir .cache/features]
+        [--cache-dir .cache/features] [--no-blend]
     costmodel convert OLD.ckpt NEW.ckpt
+    costmodel blend CHECKPOINT [--dataset DIR] [--weight 0.5] [--cache-dir .cache/features]
 
 `train` is LightningCLI over `CostModelModule` and `ScheduleDataModule`. `costmodel evaluate`
 scores checkpoints against the tree baselines (MetaSchedule's XGBModel, TenSet's LightGBM) on
 held-out workloads; `costmodel convert` rewrites a checkpoint of an older format in the
-current one.
+current one; `costmodel blend` fits TenSet's LightGBM on a checkpoint's training records and
+writes it beside the checkpoint, which then predicts the blend of both (`costmodel.blend`).
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ def _evaluate(args) -> int:
     report = evaluate(args.checkpoints, args.dataset, args.out, args.split, args.test_fraction,
                       args.test_families, args.seed, baseline=not args.no_baseline,
                       test_networks=args.test_networks, ensemble=args.ensemble,
-                      baselines=args.baselines, cache_dir=args.cache_dir)
+                      baselines=args.baselines, cache_dir=args.cache_dir,
+                      blend=not args.no_blend)
     for name, m in report["models"].items():
         cells = ", ".join(f"{k} {v:.3f}" for k, v in m["mean"].items() if v is not None)
         print(f"{name}: {cells}")
@@ -68,8 +71,17 @@ def _convert(args) -> int:
     return 0
 
 
+def _blend(args) -> int:
+    from training.companion import fit_companion
+
+    path = fit_companion(args.checkpoint, args.dataset, args.weight, args.out, args.cache_dir)
+    print(f"wrote {path}: {args.weight:g} of the network blended with "
+          f"{1 - args.weight:g} of LightGBM")
+    return 0
+
+
 def costmodel_main(argv: list[str] | None = None) -> int:
-    """`costmodel`: evaluate and convert checkpoints."""
+    """`costmodel`: evaluate, convert and blend checkpoints."""
     from training.baselines import BASELINES
     from training.data import SPLITS
 
@@ -95,11 +107,25 @@ def costmodel_main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache-dir", metavar="DIR",
                    help="read and add featurised records here (training's is .cache/features): "
                    "what is cached is not lowered again (default: no cache)")
+    p.add_argument("--no-blend", action="store_true",
+                   help="score the network alone where a LightGBM companion (NAME.lgb.npz, "
+                   "`costmodel blend`) is beside the checkpoint")
     p.set_defaults(func=_evaluate)
     p = sub.add_parser("convert", help="rewrite an older-format checkpoint in the current format")
     p.add_argument("source")
     p.add_argument("destination")
     p.set_defaults(func=_convert)
+    p = sub.add_parser("blend", help="fit TenSet's LightGBM on a checkpoint's training records "
+                       "and write it beside the checkpoint, to blend with")
+    p.add_argument("checkpoint")
+    p.add_argument("--dataset", help="the records it was trained on (default: the folder the "
+                   "checkpoint names)")
+    p.add_argument("--weight", type=float, default=0.5,
+                   help="the network's share of the blend, in [0, 1] (default 0.5)")
+    p.add_argument("--out", help="default: NAME.lgb.npz beside NAME.ckpt, where it is used")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="read and add per-store features here (training's is .cache/features)")
+    p.set_defaults(func=_blend)
     args = parser.parse_args(argv)
     return run_command("costmodel", args.func, args)
 

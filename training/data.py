@@ -22,6 +22,7 @@ latencies never share a scale; the input statistics are fitted over both.
 from __future__ import annotations
 
 import json
+import os
 
 import lightning as L
 import numpy as np
@@ -121,6 +122,30 @@ def split_workloads(frame: pd.DataFrame, split: str, test_fraction: float,
                         f"({frame.workload_key.nunique()} workloads); change the fractions "
                         "or collect more workloads")
     return sides
+
+
+def training_records(checkpoint_path: str, meta: dict, dataset: str | None,
+                     purpose: str) -> pd.DataFrame:
+    """The usable records of a checkpoint's training workloads (`meta`: its description),
+    from `dataset` or the folder the checkpoint names; `purpose` says who needs them.
+
+    Raises:
+        UserError: the dataset is missing or holds none of those workloads.
+    """
+    from datagen.records import read_records
+
+    folder = dataset or meta["dataset"]
+    hint = ("pass --dataset DIR with the records it was trained on "
+            f"({len(meta['sides']['train'])} training workloads)")
+    if not os.path.isdir(folder):
+        raise UserError(f"{purpose} trains on the records {checkpoint_path} was trained on, "
+                        f"expected in {folder}, which does not exist; {hint}")
+    frame, _ = usable(read_records(folder, RECORD_COLUMNS))
+    frame = frame[frame.workload_key.isin(meta["sides"]["train"])].reset_index(drop=True)
+    if frame.empty:
+        raise UserError(f"{folder} has none of the training workloads of {checkpoint_path}; "
+                        f"{hint}")
+    return frame
 
 
 def check_share(share: float, name: str = "train_share") -> None:

@@ -123,6 +123,11 @@ def _markdown(report: dict) -> str:
         cells = ["n/a" if m[k] is None else f"{m[k]:.3f} ± {s[k]:.3f}" for k in metrics]
         lines.append(f"| {name} ({report['models'][name]['runs']} run(s)) | "
                      + " | ".join(cells) + " |")
+    for blended in filter(None, report["models"][GRAPHSAGE].get("blended_with", [])):
+        lines += ["", f"{GRAPHSAGE} blends the network with TenSet's LightGBM fitted on the "
+                  f"same training records (`{blended['file']}`, {blended['weight']:g} of the "
+                  "network), standardised within each workload: it predicts what `tune` uses."]
+        break
     if not report["models"][GRAPHSAGE].get("predicts_latency", True):
         lines += ["", f"{GRAPHSAGE} was trained with per-workload normalisation: it predicts a "
                   "score relative to each workload, not a latency, so it has no MAPE."]
@@ -163,11 +168,13 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
              test_fraction: float = 0.2, test_families: list[str] | None = None,
              seed: int = 0, baseline: bool = True, test_networks: list[str] | None = None,
              ensemble: bool = False, baselines: list[str] | None = None,
-             cache_dir: str | None = None) -> dict:
+             cache_dir: str | None = None, blend: bool = True) -> dict:
     """Evaluate checkpoints (one per training seed, or all of them as one ensemble) and the
     baselines (`baselines`: names in `BASELINES`, default all; none if not `baseline`);
     write the report. With `cache_dir` (a `Featurizer` cache, as training fills), records
     featurised before are read from it rather than lowered again, and new ones are added.
+    A checkpoint with a LightGBM companion beside it is scored as the blend it predicts,
+    unless not `blend`.
 
     Raises:
         UserError: unreadable checkpoints, an unknown baseline, a cache folder that cannot be
@@ -190,8 +197,8 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
         if not os.access(cache_dir, os.W_OK | os.X_OK):
             raise UserError(f"--cache-dir {cache_dir}: not writable; name a folder this user "
                             "can write, or leave the option out")
-    predictors = [CostModelPredictor.load(checkpoints, cache_dir)] if ensemble else \
-        [CostModelPredictor.load(c, cache_dir) for c in checkpoints]
+    predictors = [CostModelPredictor.load(checkpoints, cache_dir, blend=blend)] if ensemble \
+        else [CostModelPredictor.load(c, cache_dir, blend=blend) for c in checkpoints]
     frame, dropped = usable(read_records(dataset, RECORD_COLUMNS))
     if frame.empty:
         raise UserError(f"{dataset} has no successfully measured records")
@@ -219,7 +226,10 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
     mean, std = _spread(runs)
     models[GRAPHSAGE] = {"runs": len(runs), "ensemble": ensemble, "predicts_latency": latency,
                          "mean": mean, "std": std, "per_run": runs,
-                         "checkpoints": [os.path.basename(c) for c in checkpoints]}
+                         "checkpoints": [os.path.basename(c) for c in checkpoints],
+                         "blended_with": [{"file": os.path.basename(p.companion.path),
+                                           "weight": p.companion.weight} if p.companion else None
+                                          for p in predictors]}
     target = make_target(json.loads(meta["target"]))
     for name in names:  # each baseline once per checkpoint seed
         runs = []

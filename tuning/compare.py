@@ -139,7 +139,7 @@ def model_ids(inputs: SearchInputs) -> dict:
 
     ids = {}
     if inputs.predictor is not None:
-        ids["checkpoints"] = [ident(m.path) for m in inputs.predictor.members]
+        ids["checkpoints"] = [ident(p) for p in inputs.predictor.files]  # and any companion
     if inputs.pretrained_xgb:
         ids["pretrained_xgb"] = ident(inputs.pretrained_xgb)
     return ids

@@ -15,8 +15,6 @@ import hashlib
 import json
 import os
 
-from datagen.errors import UserError
-
 SUFFIX = ".xgb.npz"
 
 
@@ -48,40 +46,17 @@ def pretrained_xgb_file(checkpoint_path: str, meta: dict, cache_dir: str,
         UserError: no file fits and the training records cannot be found.
     """
     from training.baselines import fit_xgb, load_xgb, save_xgb
+    from training.data import training_records
 
     fp = fingerprint(meta)
     cached = os.path.join(cache_dir, f"xgb-pretrained-{fp[:16]}{SUFFIX}")
     for path in (beside(checkpoint_path), cached):
         if load_xgb(path, fp) is not None:
             return path
-    frame = training_records(checkpoint_path, meta, dataset)
+    frame = training_records(checkpoint_path, meta, dataset, "the ms-xgb-pretrained baseline")
     from datagen.tvm_env import make_target
 
     model = fit_xgb(frame, make_target(json.loads(meta["target"])), progress=progress)
     os.makedirs(cache_dir, exist_ok=True)
     save_xgb(model, cached, fp)
     return cached
-
-
-def training_records(checkpoint_path: str, meta: dict, dataset: str | None):
-    """The usable records of the checkpoint's training workloads.
-
-    Raises:
-        UserError: the dataset is missing or holds none of those workloads.
-    """
-    from datagen.records import read_records
-    from training.data import RECORD_COLUMNS, usable
-
-    folder = dataset or meta["dataset"]
-    hint = ("pass --dataset DIR with the records it was trained on "
-            f"({len(meta['sides']['train'])} training workloads)")
-    if not os.path.isdir(folder):
-        raise UserError(f"the ms-xgb-pretrained baseline trains on the records "
-                        f"{checkpoint_path} was trained on, expected in {folder}, which does "
-                        f"not exist; {hint}")
-    frame, _ = usable(read_records(folder, RECORD_COLUMNS))
-    frame = frame[frame.workload_key.isin(meta["sides"]["train"])].reset_index(drop=True)
-    if frame.empty:
-        raise UserError(f"{folder} has none of the training workloads of {checkpoint_path}; "
-                        f"{hint}")
-    return frame

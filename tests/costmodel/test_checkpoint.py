@@ -198,6 +198,12 @@ def test_the_shipped_checkpoints_are_current_and_installed():
     assert held.meta["split"] == "network" and len(held.meta["sides"]["test"]) == 123
     assert not set(held.meta["sides"]["test"]) & set(held.meta["sides"]["train"])
     assert os.path.isfile(checkpoints.path("graphsage-v2-networks.xgb.npz"))
+    # the GPU model ships with its LightGBM companion, fitted on its own training records
+    gpu = CostModelPredictor.load(checkpoints.path("graphsage-h100.ckpt"))
+    assert gpu.target_kind == "cuda" and gpu.companion is not None
+    assert gpu.companion.info["records"] > 7000 and gpu.companion.weight == 0.5
+    assert CostModelPredictor.load(checkpoints.path("graphsage-h100.ckpt"),
+                                   blend=False).companion is None
     with pytest.raises(UserError, match="missing from this installation"):
         checkpoints.path("nope.ckpt")
 

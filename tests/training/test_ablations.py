@@ -97,15 +97,6 @@ def _ablations():
     return ablations
 
 
-def test_the_hybrid_standardises_each_workload_on_its_own():
-    import numpy as np
-
-    ablations = _ablations()
-    z = ablations.within_workload_z(["a", "a", "a", "b", "b", "c"], [1.0, 2.0, 3.0, 10.0, 30.0,
-                                                                      5.0])
-    np.testing.assert_allclose(z, [-1, 0, 1, -0.70710678, 0.70710678, 0])
-
-
 @pytest.mark.parametrize("extra, message", [
     (["--hybrid", "xgb", "--hybrid-weight", "1.5"], "neither a weight in [0, 1] nor 'val'"),
     (["--hybrid-weight", "val"], "--hybrid-weight blends with a baseline: name it with --hybrid"),

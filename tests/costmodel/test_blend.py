@@ -1,0 +1,94 @@
+"""The blend of the network with its LightGBM companion: the arithmetic, and the file."""
+
+import json
+
+import numpy as np
+import pytest
+
+from costmodel import blend
+from datagen.errors import UserError
+
+META = {"sides": {"train": ["dense/a", "conv2d/b"]}, "target": '{"kind": "llvm"}'}
+
+
+def test_each_workload_is_standardised_on_its_own():
+    z = blend.standardised(np.array([1.0, 2.0, 3.0, 10.0, 30.0, 5.0]),
+                           np.array(["a", "a", "a", "b", "b", "c"]))
+    np.testing.assert_allclose(z, [-1, 0, 1, -0.70710678, 0.70710678, 0])
+
+
+def test_the_blend_ranks_within_each_workload_on_the_networks_scale():
+    rng = np.random.default_rng(0)
+    groups = np.repeat(["a", "b"], 20)
+    ours = np.log(rng.uniform(1e-5, 1e-3, 40))
+    theirs = rng.uniform(0, 1, 40)
+    mixed = blend.blend(ours, theirs, groups, 0.5)
+    for g in ("a", "b"):  # the network's mean and spread in each workload are kept
+        idx = groups == g
+        assert mixed[idx].mean() == pytest.approx(ours[idx].mean())
+        z = blend.standardised(ours[idx], np.zeros(20)) + blend.standardised(
+            -theirs[idx], np.zeros(20))
+        np.testing.assert_array_equal(np.argsort(mixed[idx]), np.argsort(z))
+    np.testing.assert_allclose(blend.blend(ours, theirs, groups, 1.0), ours)
+    alone = blend.blend(ours, theirs, groups, 0.0)  # all LightGBM: its order, faster first
+    np.testing.assert_array_equal(np.argsort(alone[:20]), np.argsort(-theirs[:20]))
+    # a workload's blend does not depend on the other workloads scored with it
+    np.testing.assert_allclose(blend.blend(ours[:20], theirs[:20], groups[:20], 0.5),
+                               mixed[:20])
+
+
+def test_a_workload_of_one_program_keeps_the_networks_prediction():
+    assert blend.blend(np.array([-9.0]), np.array([0.3]), ["a"], 0.5) == [-9.0]
+    same = np.array([-9.0, -9.0])  # no spread: the network's value, whatever LightGBM says
+    np.testing.assert_allclose(blend.blend(same, np.array([0.1, 0.9]), ["a", "a"], 1.0), same)
+    assert blend.blend(np.zeros(0), np.zeros(0), [], 0.5).shape == (0,)
+
+
+@pytest.fixture(scope="module")
+def booster():
+    import lightgbm as lgb
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 5))
+    return lgb.train({"verbosity": -1, "num_threads": 1, "seed": 0},
+                     lgb.Dataset(x, label=x[:, 0]), num_boost_round=5)
+
+
+def test_a_companion_round_trips_without_pickle(booster, tmp_path):
+    path = str(tmp_path / "m.lgb.npz")
+    info = {"fingerprint": blend.fingerprint(META), "records": 200}
+    blend.LightGBMCompanion(booster, 0.3, info).save(path)
+    with np.load(path, allow_pickle=False) as f:  # arrays of numbers and text only
+        assert {k: f[k].dtype.kind for k in f.files} == \
+            {"format": "i", "weight": "f", "model": "U", "info": "U"}
+    back = blend.LightGBMCompanion.load(path, META, "m.ckpt")
+    assert back.weight == 0.3 and back.info == info and back.path == path
+    rows = [np.random.default_rng(1).normal(size=(n, 5)) for n in (3, 0, 1)]
+    np.testing.assert_allclose(back.throughput(rows), [booster.predict(rows[0]).sum(), 0.0,
+                                                       booster.predict(rows[2]).sum()])
+
+
+def test_a_companion_of_other_records_or_no_companion_at_all_is_refused(booster, tmp_path):
+    path = str(tmp_path / "m.lgb.npz")
+    blend.LightGBMCompanion(booster, 0.5, {"fingerprint": blend.fingerprint(META)}).save(path)
+    other = {**META, "sides": {"train": ["dense/a"]}}
+    with pytest.raises(UserError, match="fitted on other records.*costmodel blend m.ckpt"):
+        blend.LightGBMCompanion.load(path, other, "m.ckpt")
+    bad = tmp_path / "bad.lgb.npz"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(UserError, match="is not a LightGBM companion model"):
+        blend.LightGBMCompanion.load(str(bad), META, "m.ckpt")
+    broken = tmp_path / "broken.lgb.npz"
+    np.savez(broken, format=1, weight=0.5, model=np.array("tree\nnonsense"),
+             info=np.array(json.dumps({"fingerprint": blend.fingerprint(META)})))
+    with pytest.raises(UserError, match="LightGBM cannot read its model"):
+        blend.LightGBMCompanion.load(str(broken), META, "m.ckpt")
+    newer = tmp_path / "newer.lgb.npz"
+    np.savez(newer, format=2, weight=0.5, model=np.array(""), info=np.array("{}"))
+    with pytest.raises(UserError, match="format 2"):
+        blend.LightGBMCompanion.load(str(newer), META, "m.ckpt")
+
+
+def test_the_companion_lives_beside_its_checkpoint():
+    assert blend.beside("checkpoints/graphsage-h100.ckpt") == \
+        "checkpoints/graphsage-h100.lgb.npz"

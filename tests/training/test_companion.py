@@ -1,0 +1,98 @@
+"""`costmodel blend`: a checkpoint's LightGBM companion, fitted on its training records, and
+what loading a checkpoint with one beside it predicts, on a real (tiny) measured dataset."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import assert_clean_error, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def own_checkpoint(tiny_checkpoint, tmp_path):
+    """A copy of the tiny checkpoint: a companion written beside it stays in this test."""
+    path = tmp_path / "model.ckpt"
+    shutil.copy(tiny_checkpoint, path)
+    return str(path)
+
+
+def test_a_blended_checkpoint_predicts_the_blend_and_evaluates_as_it(own_checkpoint,
+                                                                     tiny_dataset, tmp_path):
+    from costmodel import blend
+    from costmodel.predictor import CostModelPredictor
+    from datagen.records import read_records
+    from datagen.tvm_env import make_target
+    from training.baselines import fit_lightgbm, per_store_features, predict_lightgbm
+    from training.data import training_records, usable
+    from tuning.compare import model_ids
+    from tuning.tuner import SearchInputs
+
+    proc = run_cli("blend", own_checkpoint, "--weight", "0.4", prog="costmodel", check=True)
+    companion = blend.beside(own_checkpoint)
+    assert f"wrote {companion}" in proc.stdout
+    blended = CostModelPredictor.load(own_checkpoint)
+    alone = CostModelPredictor.load(own_checkpoint, blend=False)
+    assert blended.companion.weight == 0.4 and alone.companion is None
+    assert blended.files == [own_checkpoint, companion] and "blended with" in repr(blended)
+
+    # the same LightGBM fitted here on the checkpoint's training records, blended by hand
+    meta = alone.meta
+    target = make_target(json.loads(meta["target"]))
+    train = training_records(own_checkpoint, meta, None, "this test")
+    booster = fit_lightgbm(train, target, features=per_store_features(train, target))
+    frame, _ = usable(read_records(tiny_dataset))
+    expected = blend.blend(np.log(alone.predict_records(frame)),
+                           predict_lightgbm(booster, frame, target).to_numpy(),
+                           frame.workload_key.to_numpy(), 0.4)
+    np.testing.assert_allclose(np.log(blended.predict_records(frame)), expected, atol=1e-9)
+    # the tuning benchmark names the companion among the models a run was made with
+    ids = model_ids(SearchInputs(blended))["checkpoints"]
+    assert [m["file"] for m in ids] == ["model.ckpt", "model.lgb.npz"]
+
+    out = tmp_path / "eval"
+    run_cli("evaluate", own_checkpoint, "--dataset", tiny_dataset, "--out", str(out),
+            "--no-baseline", prog="costmodel", check=True)
+    report = json.loads((out / "report.json").read_text())
+    assert report["models"]["graphsage"]["blended_with"] == \
+        [{"file": "model.lgb.npz", "weight": 0.4}]
+    assert "blends the network with TenSet's LightGBM" in (out / "report.md").read_text()
+    run_cli("evaluate", own_checkpoint, "--dataset", tiny_dataset, "--out", str(out),
+            "--no-baseline", "--no-blend", prog="costmodel", check=True)
+    assert json.loads((out / "report.json").read_text())["models"]["graphsage"][
+        "blended_with"] == [None]
+
+    # bo tunes with the blend as its prior, inside MetaSchedule's loop
+    proc = run_cli("run", "dense/m32_n32_k32", "--trials", "8", "--trials-per-iter", "4",
+                   "--out", str(tmp_path / "tune"), "--checkpoint", own_checkpoint,
+                   "--no-progress", prog="tune", check=True)
+    assert "8 trials, best" in proc.stdout
+
+
+def test_blend_bad_input_is_one_line(own_checkpoint, tiny_checkpoint, tiny_dataset, tmp_path):
+    from costmodel import blend
+
+    proc = run_cli("blend", own_checkpoint, "--weight", "1.5", prog="costmodel")
+    assert_clean_error(proc, "in [0, 1], not 1.5", prog="costmodel")
+    proc = run_cli("blend", own_checkpoint, "--dataset", str(tmp_path / "missing"),
+                   prog="costmodel")
+    assert_clean_error(proc, "which does not exist", prog="costmodel")
+    assert not (tmp_path / "model.lgb.npz").exists()
+
+    # a companion fitted for another checkpoint's records is refused where it is used
+    other = tmp_path / "other"
+    other.mkdir()
+    run_cli("blend", own_checkpoint, "--out", str(other / "model.lgb.npz"), prog="costmodel",
+            check=True)
+    with np.load(other / "model.lgb.npz", allow_pickle=False) as f:
+        arrays = {k: f[k] for k in f.files}
+    arrays["info"] = np.array(json.dumps({**json.loads(str(arrays["info"])),
+                                          "fingerprint": "0" * 40}))
+    np.savez(blend.beside(own_checkpoint), **arrays)
+    proc = run_cli("evaluate", own_checkpoint, "--dataset", tiny_dataset, "--out",
+                   str(tmp_path / "eval"), "--no-baseline", prog="costmodel")
+    assert_clean_error(proc, "fitted on other records", prog="costmodel")
+    assert not (tmp_path / "eval").exists()
