@@ -34,8 +34,9 @@ NOT_LATENCY = ("mape",)
 
 
 def _metrics(frame: pd.DataFrame, predicted: np.ndarray, latency: bool) -> dict:
-    """Metrics overall, per family and per network; `predicted` orders like latency (lower is
-    faster), and is a latency if `latency`. A record counts for every network it lists."""
+    """Metrics overall, per family, per network and per workload; `predicted` orders like
+    latency (lower is faster), and is a latency if `latency`. A record counts for every network
+    it lists."""
     def score(mask):
         part = frame[mask]
         m = all_metrics(part.workload_key, part.latency_median, predicted[mask],
@@ -47,7 +48,9 @@ def _metrics(frame: pd.DataFrame, predicted: np.ndarray, latency: bool) -> dict:
     return {"overall": score(np.ones(len(frame), bool)),
             "per_family": {fam: score(families == fam) for fam in sorted(set(families))},
             "per_network": {net: score(np.array([net in n for n in networks]))
-                            for net in sorted(set().union(*networks))}}
+                            for net in sorted(set().union(*networks))},
+            "per_workload": {key: score(frame.workload_key.to_numpy() == key)
+                             for key in sorted(frame.workload_key.unique())}}
 
 
 def score(predictor, test: pd.DataFrame, predictions: np.ndarray | None = None) -> dict:

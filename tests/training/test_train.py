@@ -90,6 +90,10 @@ def test_evaluate_writes_report_and_plots(checkpoint, tiny_dataset, tmp_path):
         assert "softmax" in run["per_family"] and "tiny" in run["per_network"]
         # every record is in "tiny" (NaN, a tree's constant guess on tiny data, is not NaN)
         assert json.dumps(run["per_network"]["tiny"]) == json.dumps(run["overall"])
+        # the held-out family has one workload: its figures are that workload's
+        assert list(run["per_workload"]) == ["softmax/rows16_cols32"]
+        assert json.dumps(run["per_workload"]["softmax/rows16_cols32"]) == \
+            json.dumps(run["per_family"]["softmax"])
     assert report["models"]["graphsage"]["predicts_latency"]
     assert report["models"]["graphsage"]["mean"]["mape"] is not None
     for name in ("xgb", "lightgbm", "mlp"):
