@@ -82,6 +82,7 @@ def _blend(args) -> int:
 
 def costmodel_main(argv: list[str] | None = None) -> int:
     """`costmodel`: evaluate, convert and blend checkpoints."""
+    from costmodel.blend import DEFAULT_WEIGHT
     from training.baselines import BASELINES
     from training.data import SPLITS
 
@@ -120,8 +121,8 @@ def costmodel_main(argv: list[str] | None = None) -> int:
     p.add_argument("checkpoint")
     p.add_argument("--dataset", help="the records it was trained on (default: the folder the "
                    "checkpoint names)")
-    p.add_argument("--weight", type=float, default=0.5,
-                   help="the network's share of the blend, in [0, 1] (default 0.5)")
+    p.add_argument("--weight", type=float, default=DEFAULT_WEIGHT,
+                   help=f"the network's share of the blend, in [0, 1] (default {DEFAULT_WEIGHT})")
     p.add_argument("--out", help="default: NAME.lgb.npz beside NAME.ckpt, where it is used")
     p.add_argument("--cache-dir", metavar="DIR",
                    help="read and add per-store features here (training's is .cache/features)")
