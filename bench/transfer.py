@@ -61,14 +61,19 @@ CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs
 
 
 def trainer_settings(args, work: str) -> dict:
-    """The trainer of one benchmark run in folder `work`: --accelerator, --max-epochs, its
-    checkpoint of best validation Kendall tau as `work`/checkpoints/best.ckpt, a CSV log."""
+    """The trainer of one benchmark run in folder `work`: --accelerator, --max-epochs (or
+    --steps optimiser steps, validated every --steps / --max-epochs steps), its checkpoint of
+    best validation Kendall tau as `work`/checkpoints/best.ckpt, a CSV log."""
     checkpoint = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                   "init_args": {"dirpath": os.path.join(work, "checkpoints"), "filename": "best",
                                 "monitor": "val/kendall_tau", "mode": "max", "save_top_k": 1}}
     logger = {"class_path": "lightning.pytorch.loggers.CSVLogger",
               "init_args": {"save_dir": work, "name": "logs"}}
-    return {"accelerator": args.accelerator, "devices": 1, "max_epochs": args.max_epochs,
+    length = {"max_epochs": args.max_epochs}
+    if args.steps:  # every share the same optimiser steps, validated as often
+        length = {"max_epochs": -1, "max_steps": args.steps, "check_val_every_n_epoch": None,
+                  "val_check_interval": max(1, args.steps // args.max_epochs)}
+    return {"accelerator": args.accelerator, "devices": 1, **length,
             "default_root_dir": work, "callbacks": [checkpoint], "logger": logger,
             "enable_progress_bar": False}
 
@@ -115,6 +120,8 @@ def settings(args) -> dict:
         wanted["normalize_per_workload"] = True
     if args.warp_features:
         wanted["warp_features"] = True
+    if args.steps:
+        wanted["steps"] = args.steps
     if set(JOINT_MODES) & set(args.modes):
         wanted.update(joint_dataset=portable(args.joint_dataset), joint_share=args.joint_share)
     return wanted
@@ -168,7 +175,8 @@ def read_result(path: str, wanted: dict) -> dict | None:
     with open(path) as f:
         result = json.load(f)
     if result["settings"] != wanted:
-        differ = sorted(k for k in wanted if result["settings"].get(k) != wanted[k])
+        differ = sorted(k for k in set(wanted) | set(result["settings"])
+                        if result["settings"].get(k) != wanted.get(k))
         raise UserError(f"{path} was made with other settings ({', '.join(differ)}); "
                         "use another --out, or delete it to redo that run")
     return result
@@ -393,7 +401,8 @@ def bench(args) -> int:
                "source_target": source.meta["target"], "split": args.split,
                "test_workloads": len(side.keys),
                "test_records": len(side.records(side.keys)), "shares": args.shares,
-               "seeds": args.seeds, "max_epochs": args.max_epochs, "modes": args.modes,
+               "seeds": args.seeds, "max_epochs": args.max_epochs, "steps": args.steps,
+               "modes": args.modes,
                "normalize_per_workload": args.normalize_per_workload,
                **({"joint_dataset": args.joint_dataset, "joint_share": args.joint_share}
                   if set(JOINT_MODES) & set(args.modes) else {}),
@@ -403,7 +412,8 @@ def bench(args) -> int:
     plot(summary, os.path.join(args.out, "transfer.png"))
     print(f"== transfer of {args.init_from} to {args.dataset}: {summary['test_workloads']} "
           f"held-out workloads, {summary['test_records']} records, seeds {args.seeds}, "
-          f"at most {args.max_epochs} epochs ==")
+          + (f"{args.steps} steps each ==" if args.steps else
+             f"at most {args.max_epochs} epochs =="))
     print(format_table(summary))
     print(f"summary.json and transfer.png in {args.out}")
     return 0
@@ -426,6 +436,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--val-fraction", type=float, default=0.1)
     parser.add_argument("--split-seed", type=int, default=0, help="seeds the split, for every run")
     parser.add_argument("--max-epochs", type=int, default=30)
+    parser.add_argument("--steps", type=int,
+                        help="train every run this many optimiser steps whatever its share "
+                             "(an epoch of a small share is a few steps: 30 epochs of 5%% "
+                             "are a twelfth of the steps of 30 on all records), validating "
+                             "--max-epochs times")
     parser.add_argument("--finetune-lr", type=float,
                         help="learning rate of the fine-tuned runs (default: the config's)")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=["scratch", "finetuned"],

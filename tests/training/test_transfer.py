@@ -390,6 +390,38 @@ def test_the_transfer_bench_writes_its_curve_and_resumes(tiny_checkpoint, tiny_d
     assert_clean_error(changed, "was made with other settings (max_epochs)", prog="transfer")
 
 
+@pytest.mark.slow
+def test_with_steps_every_share_trains_the_same_steps(tiny_checkpoint, tiny_dataset, tmp_path):
+    """--steps: a small share takes as many optimiser steps as all records (an epoch of it is
+    fewer), validated --max-epochs times; the runs record it, and read back only with it."""
+    out = tmp_path / "transfer"
+    args = [sys.executable, BENCH, "--dataset", tiny_dataset, "--init-from", tiny_checkpoint,
+            "--split", "family", "--test-families", "softmax", "--val-fraction", "0.5",
+            "--shares", "0.25", "1.0", "--seeds", "0", "--modes", "scratch", "--steps", "12",
+            "--max-epochs", "3", "--out", str(out), "--cache-dir", str(tmp_path / "cache")]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "12 steps each" in proc.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 12
+    records = {}
+    for run in summary["runs"]:
+        assert run["settings"]["steps"] == 12
+        records[run["share"]] = run["train_records"]
+        (log,) = glob.glob(str(out / "runs" / "scratch" / f"share{run['share']:g}-seed0" /
+                               "logs" / "*" / "metrics.csv"))
+        metrics = pd.read_csv(log)
+        validated = metrics.dropna(subset=["val/kendall_tau"])
+        assert len(validated) == 3  # every 12 // 3 steps
+        assert validated.step.max() == 11  # 12 steps, numbered from 0
+        assert metrics.epoch.max() >= 1  # more than one epoch of the tiny share
+    assert records[0.25] < records[1.0]
+    again = subprocess.run(args[:-8] + ["--max-epochs", "3"] + args[-4:], capture_output=True,
+                           text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    assert_clean_error(again, "was made with other settings (steps)", prog="transfer")
+
+
 # -- joint training: another target's records beside the training side -----------------------
 
 
