@@ -17,20 +17,24 @@ then undefined). The share is a seeded draw within each workload that keeps at l
 --split-seed) is the same for every run, and validation and test keep all their records. Each
 run keeps its checkpoint of best validation Kendall tau; it is scored on the held-out side with
 `costmodel evaluate`'s metrics (`training.evaluate.score`: Kendall tau, top-1 score, MAPE, and
-the others, averaged over workloads). With --warp-features every mode's model also reads
+the others, averaged over workloads). An epoch of a small share is a few steps, so
+--max-epochs trains it less than all records; --steps N trains every run N optimiser steps
+instead, validated --max-epochs times. With --warp-features every mode's model also reads
 each access's warp features (the GPU recipe; a source without them starts the fine-tuned
-model with zero weights on them). So is --init-from itself, untrained on the dataset
-("source": its zero-shot ranking; its MAPE says little when its target differs).
+model with zero weights on them). --init-from itself, untrained on the dataset, is scored
+too ("source": its zero-shot ranking; its MAPE says little when its target differs).
 
 Writes summary.json (every run, and per mode and share the mean and standard deviation over
 seeds) and transfer.png (Kendall tau and top-1 against the share, log x, both curves, the
-source as a line). Each run lives in --out/runs/MODE/shareF-seedS with its config, logs,
-checkpoint and result.json; finished runs are read back, so an interrupted benchmark resumes
-(a run made with other settings is refused: use another --out).
+source as a line, and with --reference REPORT the model of a `costmodel evaluate` report
+of the same held-out records, say the one trained on all of them). Each run lives in
+--out/runs/MODE/shareF-seedS with its config, logs, checkpoint and result.json; finished
+runs are read back, so an interrupted benchmark resumes (a run made with other settings is
+refused: use another --out).
 
     python bench/transfer.py --dataset data/cuda-h100 --init-from checkpoints/graphsage.ckpt \\
         --split shapes [--shares 0.01 0.05 0.1 1.0] [--seeds 0 1 2] [--max-epochs 30] \\
-        [--accelerator gpu]
+        [--steps 1770] [--accelerator gpu]
     python bench/transfer.py --dataset data/cuda-h100 --init-from checkpoints/graphsage.ckpt \\
         --split shapes --modes scratch joint --joint-dataset data/llvm-networks \\
         --joint-share 0.25 --shares 0.1 0.5 1.0
@@ -249,6 +253,31 @@ def check_no_leak(source_meta: dict, target: str, test_keys: list[str]) -> None:
                         f"target (e.g. {seen[0]}); choose the split it was trained with")
 
 
+def read_reference(path: str, dataset: str, test_records: int) -> dict:
+    """The `graphsage` model's mean metrics in a `costmodel evaluate` report (report.json) of
+    the same held-out records: the model trained on all of them, a line on the plot.
+
+    Raises:
+        UserError: no such report, or one of other held-out records.
+    """
+    from datagen.errors import UserError
+
+    try:
+        with open(path) as f:
+            report = json.load(f)
+        model, name = report["models"]["graphsage"], report["dataset"]
+        held_out = report["test_records"]
+        metrics = {m: float(model["mean"][m]) for m in PLOTTED}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UserError(f"--reference {path} is no `costmodel evaluate` report.json "
+                        f"({type(e).__name__}: {e})") from None
+    if portable(name) != portable(dataset) or held_out != test_records:
+        raise UserError(f"--reference {path} scored {held_out} held-out records of {name}, "
+                        f"these runs {test_records} of {dataset}: give a report of the same "
+                        "split")
+    return {"report": portable(path), "runs": model.get("runs"), "metrics": metrics}
+
+
 def summarize(runs: list[dict], shares: list[float]) -> dict:
     """Per mode and share: each metric's mean and standard deviation over the seeds where it is
     defined (`n` of them; None if none: MAPE of a relative model, or Kendall tau of a model
@@ -306,6 +335,9 @@ def plot(summary: dict, path: str) -> None:
             if metric == "kendall_tau" and ranked is not None:
                 label += f" (ranks {ranked} of {summary['test_workloads']} workloads)"
             ax.axhline(source, color="gray", ls=":", label=label)
+        if summary.get("reference"):
+            ax.axhline(summary["reference"]["metrics"][metric], color="black", ls="--",
+                       label="all records (--reference)")
         ax.set(xscale="log", xlim=(min(ticks) / 1.5, max(ticks) * 1.5),
                xlabel="training records (share of the training side)", ylabel=title,
                title=f"{title} on held-out workloads")
@@ -347,6 +379,10 @@ def format_table(summary: dict) -> str:
         for m in METRICS) + (f"; its predictions differ on {src['ranked_workloads']} of "
                              f"{summary['test_workloads']} held-out workloads (tau is "
                              "over those)" if "ranked_workloads" in src else ""))
+    if summary.get("reference"):
+        ref = summary["reference"]["metrics"]
+        lines.append(f"all records ({summary['reference']['report']}): " + ", ".join(
+            f"{names[m]} {ref[m]:.3f}" for m in PLOTTED))
     lines.append("(mean ± standard deviation over seeds; n/a: undefined in every seed, e.g. "
                  "tau of a model that predicts every held-out program alike)")
     return "\n".join(lines)
@@ -360,6 +396,8 @@ def bench(args) -> int:
 
     for share in args.shares:
         check_share(share)
+    if args.steps is not None and args.steps < 1:
+        raise UserError(f"--steps must be a positive number of optimiser steps, not {args.steps}")
     check_share(args.joint_share, "--joint-share")
     if args.accelerator == "gpu":
         torch_device("cuda")  # no CUDA: one line before any training
@@ -371,6 +409,8 @@ def bench(args) -> int:
                                args.test_families or [], args.val_fraction, args.split_seed,
                                args.test_networks)
     check_no_leak(source.meta, side.frame.target.iloc[0], expected["test"])
+    reference = args.reference and read_reference(  # before any training: a bad one fails now
+        args.reference, args.dataset, len(side.records(expected["test"])))
     wanted = settings(args)
     os.makedirs(args.out, exist_ok=True)
     runs = []
@@ -407,6 +447,7 @@ def bench(args) -> int:
                **({"joint_dataset": args.joint_dataset, "joint_share": args.joint_share}
                   if set(JOINT_MODES) & set(args.modes) else {}),
                "source": {"metrics": side.score(args.init_from, side.keys, count_ranked=True)},
+               "reference": reference,
                "curves": summarize(runs, args.shares), "runs": runs}
     write_json(os.path.join(args.out, "summary.json"), summary)
     plot(summary, os.path.join(args.out, "transfer.png"))
@@ -456,6 +497,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="every mode's model also reads warp features (the GPU recipe); "
                              "a source without them is widened to read them "
                              "(`training.module.widen_with_warp_features`)")
+    parser.add_argument("--reference", metavar="REPORT",
+                        help="a `costmodel evaluate` report.json of the same held-out records "
+                             "(the model trained on all of them): its mean tau and top-1 drawn "
+                             "as a line and printed")
     parser.add_argument("--accelerator", choices=["cpu", "gpu"], default="cpu",
                         help="trains on it (one device) and scores on it")
     parser.add_argument("--config", default=CONFIG, help="base `train fit` config")

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import CLI_TIMEOUT_SEC, assert_clean_error, train_tiny
+from conftest import CLI_TIMEOUT_SEC, assert_clean_error, run_cli, train_tiny
 from costmodel import checkpoint, featurize
 from costmodel.model import create_model
 from costmodel.normalization import EPS, Normalization
@@ -393,18 +393,39 @@ def test_the_transfer_bench_writes_its_curve_and_resumes(tiny_checkpoint, tiny_d
 @pytest.mark.slow
 def test_with_steps_every_share_trains_the_same_steps(tiny_checkpoint, tiny_dataset, tmp_path):
     """--steps: a small share takes as many optimiser steps as all records (an epoch of it is
-    fewer), validated --max-epochs times; the runs record it, and read back only with it."""
+    fewer), validated --max-epochs times; the runs record it, and read back only with it.
+    --reference: a `costmodel evaluate` report of the same held-out records, drawn and
+    printed; a report of other records, or none, is refused before any training."""
+    evaluated = tmp_path / "eval"
+    proc = run_cli("evaluate", tiny_checkpoint, "--dataset", tiny_dataset, "--out",
+                   str(evaluated), "--no-baseline", "--cache-dir", str(tmp_path / "cache"),
+                   prog="costmodel")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((evaluated / "report.json").read_text())
     out = tmp_path / "transfer"
     args = [sys.executable, BENCH, "--dataset", tiny_dataset, "--init-from", tiny_checkpoint,
             "--split", "family", "--test-families", "softmax", "--val-fraction", "0.5",
             "--shares", "0.25", "1.0", "--seeds", "0", "--modes", "scratch", "--steps", "12",
             "--max-epochs", "3", "--out", str(out), "--cache-dir", str(tmp_path / "cache")]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC,
-                          cwd=tmp_path)
+    proc = subprocess.run(args + ["--reference", str(evaluated / "report.json")],
+                          capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "12 steps each" in proc.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 12
+    mean = report["models"]["graphsage"]["mean"]
+    assert summary["reference"]["metrics"] == {"kendall_tau": mean["kendall_tau"],
+                                               "top1_score": mean["top1_score"]}
+    assert f"top-1 {mean['top1_score']:.3f}" in proc.stdout.split("all records (")[1]
+    report["test_records"] += 1  # another split's report
+    (tmp_path / "other.json").write_text(json.dumps(report))
+    for bad, message in ((tmp_path / "other.json", "scored"),
+                         (tmp_path / "missing.json", "is no `costmodel evaluate` report.json")):
+        refused = subprocess.run(args + ["--reference", str(bad), "--shares", "0.5"],
+                                 capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC,
+                                 cwd=tmp_path)
+        assert_clean_error(refused, message, prog="transfer")
+    assert not (out / "runs" / "scratch" / "share0.5-seed0").exists()  # nothing trained
     records = {}
     for run in summary["runs"]:
         assert run["settings"]["steps"] == 12
@@ -420,6 +441,10 @@ def test_with_steps_every_share_trains_the_same_steps(tiny_checkpoint, tiny_data
     again = subprocess.run(args[:-8] + ["--max-epochs", "3"] + args[-4:], capture_output=True,
                            text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
     assert_clean_error(again, "was made with other settings (steps)", prog="transfer")
+    zero = subprocess.run(args[:-8] + ["--steps", "0"] + args[-4:], capture_output=True,
+                          text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    assert_clean_error(zero, "--steps must be a positive number of optimiser steps, not 0",
+                       prog="transfer")
 
 
 # -- joint training: another target's records beside the training side -----------------------
