@@ -337,7 +337,7 @@ def plot(summary: dict, path: str) -> None:
             ax.axhline(source, color="gray", ls=":", label=label)
         if summary.get("reference"):
             ax.axhline(summary["reference"]["metrics"][metric], color="black", ls="--",
-                       label="all records (--reference)")
+                       label="trained on all records (reference report)")
         ax.set(xscale="log", xlim=(min(ticks) / 1.5, max(ticks) * 1.5),
                xlabel="training records (share of the training side)", ylabel=title,
                title=f"{title} on held-out workloads")
