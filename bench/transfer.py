@@ -73,10 +73,11 @@ def trainer_settings(args, work: str) -> dict:
                                 "monitor": "val/kendall_tau", "mode": "max", "save_top_k": 1}}
     logger = {"class_path": "lightning.pytorch.loggers.CSVLogger",
               "init_args": {"save_dir": work, "name": "logs"}}
+    steps = getattr(args, "steps", None)  # bench/ablations.py trains by epochs only
     length = {"max_epochs": args.max_epochs}
-    if args.steps:  # every share the same optimiser steps, validated as often
-        length = {"max_epochs": -1, "max_steps": args.steps, "check_val_every_n_epoch": None,
-                  "val_check_interval": max(1, args.steps // args.max_epochs)}
+    if steps:  # every share the same optimiser steps, validated as often
+        length = {"max_epochs": -1, "max_steps": steps, "check_val_every_n_epoch": None,
+                  "val_check_interval": max(1, steps // args.max_epochs)}
     return {"accelerator": args.accelerator, "devices": 1, **length,
             "default_root_dir": work, "callbacks": [checkpoint], "logger": logger,
             "enable_progress_bar": False}
