@@ -127,10 +127,13 @@ def split_workloads(frame: pd.DataFrame, split: str, test_fraction: float,
 def training_records(checkpoint_path: str, meta: dict, dataset: str | None,
                      purpose: str) -> pd.DataFrame:
     """The usable records of a checkpoint's training workloads (`meta`: its description),
-    from `dataset` or the folder the checkpoint names; `purpose` says who needs them.
+    from `dataset` or the folder the checkpoint names; `purpose` says who needs them. A
+    checkpoint trained on a share of them (`train_share` below 1) gets that share again, drawn
+    with its seed (`share_of_records`), so what is fitted beside it sees no more records than it.
 
     Raises:
-        UserError: the dataset is missing or holds none of those workloads.
+        UserError: the dataset is missing or holds none of those workloads; the share cannot
+            be drawn again (the records differ from those the checkpoint counted).
     """
     from datagen.records import read_records
 
@@ -145,6 +148,13 @@ def training_records(checkpoint_path: str, meta: dict, dataset: str | None,
     if frame.empty:
         raise UserError(f"{folder} has none of the training workloads of {checkpoint_path}; "
                         f"{hint}")
+    share = meta.get("train_share") or {}
+    if share.get("share", 1.0) < 1:
+        if len(frame) != share.get("of"):
+            raise UserError(f"{checkpoint_path} trained on a {share['share']:g} share of "
+                            f"{share.get('of')} records, but {folder} has {len(frame)} of its "
+                            f"training workloads, so the share cannot be drawn again; {hint}")
+        frame = share_of_records(frame, share["share"], share["seed"])
     return frame
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_clean_error, run_cli
+from datagen.errors import UserError
 
 pytestmark = pytest.mark.slow
 
@@ -96,3 +97,40 @@ def test_blend_bad_input_is_one_line(own_checkpoint, tiny_checkpoint, tiny_datas
                    str(tmp_path / "eval"), "--no-baseline", prog="costmodel")
     assert_clean_error(proc, "fitted on other records", prog="costmodel")
     assert not (tmp_path / "eval").exists()
+
+
+def test_a_checkpoint_of_a_share_gets_a_companion_of_that_share(tiny_dataset, tmp_path):
+    """A model trained on a share of the records (the transfer benchmark's few-shot runs) gets
+    a companion fitted on that share, not on every record of its training workloads."""
+    import glob
+
+    from conftest import train_tiny
+    from costmodel import blend
+    from costmodel.checkpoint import load
+    from datagen.records import read_records
+    from training.data import share_of_records, training_records, usable
+
+    proc = train_tiny("--data.dataset", tiny_dataset, "--trainer.max_epochs", "1",
+                      "--data.train_share", "0.5", "--data.share_seed", "3", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (ckpt,) = glob.glob(str(tmp_path / "checkpoints" / "*.ckpt"))
+    share = load(ckpt).meta["train_share"]
+    assert share["share"] == 0.5 and share["records"] < share["of"]
+
+    run_cli("blend", ckpt, prog="costmodel", check=True)
+    with np.load(blend.beside(ckpt), allow_pickle=False) as f:
+        info = json.loads(str(f["info"]))
+    assert info["records"] == share["records"]
+
+    # the same draw as training's, from the same records
+    meta = load(ckpt).meta
+    frame, _ = usable(read_records(tiny_dataset))
+    train = frame[frame.workload_key.isin(meta["sides"]["train"])].reset_index(drop=True)
+    expected = share_of_records(train, 0.5, 3)
+    got = training_records(ckpt, meta, None, "this test")
+    assert list(got.trace_hash) == list(expected.trace_hash)
+
+    # records that differ from those the checkpoint counted: the share cannot be drawn again
+    meta["train_share"] = {**share, "of": share["of"] + 1}
+    with pytest.raises(UserError, match="cannot be drawn again"):
+        training_records(ckpt, meta, None, "this test")
