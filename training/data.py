@@ -127,13 +127,12 @@ def split_workloads(frame: pd.DataFrame, split: str, test_fraction: float,
 def training_records(checkpoint_path: str, meta: dict, dataset: str | None,
                      purpose: str) -> pd.DataFrame:
     """The usable records of a checkpoint's training workloads (`meta`: its description),
-    from `dataset` or the folder the checkpoint names; `purpose` says who needs them. A
-    checkpoint trained on a share of them (`train_share` below 1) gets that share again, drawn
-    with its seed (`share_of_records`), so what is fitted beside it sees no more records than it.
+    from `dataset` or the folder the checkpoint names; `purpose` says who needs them. Of a
+    checkpoint trained on a share of them, that share (`records_trained_on`).
 
     Raises:
         UserError: the dataset is missing or holds none of those workloads; the share cannot
-            be drawn again (the records differ from those the checkpoint counted).
+            be drawn again.
     """
     from datagen.records import read_records
 
@@ -148,14 +147,28 @@ def training_records(checkpoint_path: str, meta: dict, dataset: str | None,
     if frame.empty:
         raise UserError(f"{folder} has none of the training workloads of {checkpoint_path}; "
                         f"{hint}")
+    return records_trained_on(frame, meta, checkpoint_path, folder)
+
+
+def records_trained_on(frame: pd.DataFrame, meta: dict, checkpoint_path: str,
+                       folder: str) -> pd.DataFrame:
+    """`frame`, the usable records of a checkpoint's training workloads in `folder`, cut to
+    the share the checkpoint trained on (its `train_share` below 1: `share_of_records`, drawn
+    again with its seed), so that a model fitted or scored beside it sees no more records.
+
+    Raises:
+        UserError: the share cannot be drawn again: `frame` does not hold as many records as
+            the checkpoint drew it from (another dataset, or records added since).
+    """
     share = meta.get("train_share") or {}
-    if share.get("share", 1.0) < 1:
-        if len(frame) != share.get("of"):
-            raise UserError(f"{checkpoint_path} trained on a {share['share']:g} share of "
-                            f"{share.get('of')} records, but {folder} has {len(frame)} of its "
-                            f"training workloads, so the share cannot be drawn again; {hint}")
-        frame = share_of_records(frame, share["share"], share["seed"])
-    return frame
+    if share.get("share", 1.0) >= 1:
+        return frame
+    if len(frame) != share.get("of"):
+        raise UserError(f"{checkpoint_path} trained on a {share['share']:g} share of "
+                        f"{share.get('of')} records of its training workloads, but {folder} has "
+                        f"{len(frame)}, so the share cannot be drawn again; pass the dataset it "
+                        "was trained on")
+    return share_of_records(frame, share["share"], share["seed"])
 
 
 def check_share(share: float, name: str = "train_share") -> None:

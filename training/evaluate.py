@@ -4,7 +4,8 @@ Writes `report.json` (every metric, overall, per family and per network, per che
 baseline, with the mean and spread over checkpoints trained with different seeds), a readable
 `report.md`, and plots: predicted against measured latency, and per-workload Kendall tau of
 each model. The baselines are `training.baselines.BASELINES` (MetaSchedule's XGBModel,
-TenSet's LightGBM), trained on the checkpoint's training workloads, once per checkpoint seed.
+TenSet's LightGBM), trained on the checkpoint's training workloads, once per checkpoint seed
+(on its own split, on the records it trained on: of a few-shot checkpoint, its share).
 
 A record counts for each network its `network` cell lists. Models that predict no latency (the
 baselines' relative throughput, a checkpoint trained with per-workload normalisation) have no
@@ -22,8 +23,8 @@ import pandas as pd
 from datagen.errors import UserError
 from datagen.records import read_records
 from datagen.tvm_env import make_target
-from training.data import (RECORD_COLUMNS, check_one_target, record_networks, split_workloads,
-                           usable)
+from training.data import (RECORD_COLUMNS, check_one_target, record_networks, records_trained_on,
+                           split_workloads, usable)
 from training.metrics import all_metrics, kendall_tau
 
 GRAPHSAGE = "graphsage"
@@ -167,6 +168,25 @@ def choose_sides(meta: dict, frame: pd.DataFrame, split: str | None, test_fracti
                                   test_networks)
 
 
+def baseline_training(predictors: list, train: pd.DataFrame, own_sides: bool,
+                      checkpoints: list[str], dataset: str) -> list[tuple[pd.DataFrame, list]]:
+    """What each baseline trains on, as (records, seeds) pairs, a seed per checkpoint: the
+    records of the training workloads, or, on a checkpoint's own split, the share of them it
+    trained on (`records_trained_on`; one pair per checkpoint where their shares differ).
+
+    Raises:
+        UserError: a checkpoint's share cannot be drawn again from `dataset`.
+    """
+    if not own_sides:
+        return [(train, list(range(len(predictors))))]
+    shares = [json.dumps(p.meta.get("train_share") or {}, sort_keys=True) for p in predictors]
+    if len(set(shares)) == 1:
+        return [(records_trained_on(train, predictors[0].meta, checkpoints[0], dataset),
+                 list(range(len(predictors))))]
+    return [(records_trained_on(train, p.meta, c, dataset), [i])
+            for i, (p, c) in enumerate(zip(predictors, checkpoints))]
+
+
 def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None = None,
              test_fraction: float = 0.2, test_families: list[str] | None = None,
              seed: int = 0, baseline: bool = True, test_networks: list[str] | None = None,
@@ -182,7 +202,8 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
     Raises:
         UserError: unreadable checkpoints, an unknown baseline, a cache folder that cannot be
             written, a dataset without usable records or with records of several targets, a
-            split that leaves a side empty.
+            split that leaves a side empty, a checkpoint trained on a share of records that
+            cannot be drawn again from `dataset` for the baselines.
     """
     from costmodel.predictor import CostModelPredictor
     from training.baselines import BASELINES
@@ -218,6 +239,8 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
     if test.empty or train.empty:
         raise UserError(f"the {split} split leaves {'test' if test.empty else 'train'} empty "
                         f"in {dataset}")
+    fits = baseline_training(predictors, train, sides == meta["sides"], checkpoints,
+                             dataset) if names else []
     os.makedirs(out, exist_ok=True)
     models, preds = {}, {}
     runs = []
@@ -236,8 +259,8 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
     target = make_target(json.loads(meta["target"]))
     for name in names:  # each baseline once per checkpoint seed
         runs = []
-        for scores in BASELINES.get(name)(train, test, target, list(range(len(predictors))),
-                                          cache_dir=cache_dir):
+        for scores in (s for records, seeds in fits for s in BASELINES.get(name)(
+                records, test, target, seeds, cache_dir=cache_dir)):
             preds.setdefault(name, -scores)  # higher score is faster: negate to order as latency
             runs.append(_metrics(test, -scores, latency=False))
         mean, std = _spread(runs)
@@ -248,7 +271,8 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
               "test_families": test_fams,
               "test_networks": sorted(set().union(*(record_networks(n) for n in test.network))),
               "train_workloads": len(sides["train"]), "test_workloads": len(sides["test"]),
-              "test_records": len(test), "models": models}
+              "test_records": len(test),
+              "baseline_train_records": [len(records) for records, _ in fits], "models": models}
     report["plots"] = [os.path.basename(f) for f in _plots(test, preds, out, latency)]
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump(report, f, indent=2)

@@ -99,9 +99,10 @@ def test_blend_bad_input_is_one_line(own_checkpoint, tiny_checkpoint, tiny_datas
     assert not (tmp_path / "eval").exists()
 
 
-def test_a_checkpoint_of_a_share_gets_a_companion_of_that_share(tiny_dataset, tmp_path):
+def test_what_is_fitted_beside_a_checkpoint_of_a_share_sees_that_share(tiny_dataset, tmp_path):
     """A model trained on a share of the records (the transfer benchmark's few-shot runs) gets
-    a companion fitted on that share, not on every record of its training workloads."""
+    a companion, and baselines in `costmodel evaluate`, fitted on that share, not on every
+    record of its training workloads."""
     import glob
 
     from conftest import train_tiny
@@ -121,6 +122,11 @@ def test_a_checkpoint_of_a_share_gets_a_companion_of_that_share(tiny_dataset, tm
     with np.load(blend.beside(ckpt), allow_pickle=False) as f:
         info = json.loads(str(f["info"]))
     assert info["records"] == share["records"]
+    out = tmp_path / "eval"
+    run_cli("evaluate", ckpt, "--dataset", tiny_dataset, "--out", str(out), "--baselines",
+            "xgb", prog="costmodel", check=True)
+    assert json.loads((out / "report.json").read_text())["baseline_train_records"] == \
+        [share["records"]]
 
     # the same draw as training's, from the same records
     meta = load(ckpt).meta

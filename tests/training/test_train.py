@@ -82,6 +82,10 @@ def test_evaluate_writes_report_and_plots(checkpoint, tiny_dataset, tmp_path):
     assert report["split"] == "family" and report["test_families"] == ["softmax"]
     assert report["test_networks"] == ["tiny"]
     assert list(report["models"]) == ["graphsage", "xgb", "lightgbm", "mlp"]
+    # the baselines train on every record of the checkpoint's training workloads
+    from costmodel.checkpoint import load
+    meta = load(checkpoint).meta
+    assert report["baseline_train_records"] == [meta["train_share"]["records"]]
     for name in ("graphsage", "xgb", "lightgbm", "mlp"):
         metrics = report["models"][name]["mean"]
         assert set(metrics) == {"ape", "mape", "kendall_tau", "opa", "top1_score",
