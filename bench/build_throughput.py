@@ -14,6 +14,12 @@ gets when all workers build at once (1.0: no contention).
 On the H100 host, builds took a median 1.84 s per candidate with 15 workers (`data/cuda-h100`'s
 build_secs), against about 0.1 s here on one core: this tells whether the phases or the
 contention are what is slow there.
+
+With a CUDA --target and --nvrtc (where NVRTC and a CUDA toolkit's headers are installed; no
+GPU needed), it also compiles every built candidate's kernels with NVRTC on one core, as TVM's
+own callback does and as datagen's compilers do (`datagen.batch_measure.NvrtcCompiler`: the
+standard headers precompiled once per process), one after the other for each kernel, and
+prints both medians and whether every cubin came out byte for byte the same.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ def main() -> None:
     parser.add_argument("--target", help="TVM target as JSON or a tag (default: this CPU)")
     parser.add_argument("--candidates", type=int, default=8, help="per workload")
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--nvrtc", action="store_true",
+                        help="also time NVRTC on the kernels (a CUDA target)")
     args = parser.parse_args()
 
     from tvm.s_tir.meta_schedule.builder import BuilderInput
@@ -61,7 +69,7 @@ def main() -> None:
         raise SystemExit("error: drawing on several threads gave other candidates than on one")
     mods = [c.mod for c in drawn[1]]
 
-    lower, export = [], []
+    lower, export, sources = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i, mod in enumerate(mods):
             t0 = time.perf_counter()
@@ -73,6 +81,10 @@ def main() -> None:
             built.export_library(os.path.join(tmp, f"{i}.so"))
             lower.append(t1 - t0)
             export.append(time.perf_counter() - t1)
+            if args.nvrtc:
+                sources.append(built.imports[0].inspect_source())
+        if args.nvrtc:
+            nvrtc_times(sources, target, os.path.join(tmp, "include"))
     alone = [a + b for a, b in zip(lower, export)]
 
     builder = PersistentBuilder(target.kind.name, args.workers, 60.0, shared_library=True)
@@ -98,6 +110,35 @@ def main() -> None:
           f"per build, {len(together) / wall:.1f} candidates/s")
     print(f"contention: a build takes {med(together) / med(alone):.2f}x as long with "
           f"{args.workers} workers")
+
+
+def nvrtc_times(sources: list[str], target, include_dir: str) -> None:
+    """Compile each CUDA source as TVM does and as datagen does, alternately, and print both."""
+    from tvm.support import nvcc
+
+    from datagen.batch_measure import NvrtcCompiler
+
+    if target.kind.name != "cuda":
+        raise SystemExit("error: --nvrtc needs a CUDA --target")
+    arch = str(target.attrs["arch"])
+    ours = NvrtcCompiler(arch, include_dir)
+    tvms, pchs, same = [], [], 0
+    for code in sources:
+        t0 = time.perf_counter()
+        theirs = bytes(nvcc.compile_cuda(code, target_format="cubin", arch=arch,
+                                         compiler="nvrtc"))
+        t1 = time.perf_counter()
+        mine = bytes(ours(code))
+        t2 = time.perf_counter()
+        tvms.append(t1 - t0)
+        pchs.append(t2 - t1)
+        same += mine == theirs
+    med = statistics.median
+    print(f"NVRTC, {len(sources)} kernels on one core: as TVM compiles {med(tvms):.2f} s median "
+          f"({sum(tvms):.1f} s in all), headers precompiled {med(pchs):.2f} s median "
+          f"({sum(pchs):.1f} s in all, the first {pchs[0]:.2f} s making the header); "
+          f"{sum(tvms) / sum(pchs):.2f}x; identical cubins {same}/{len(sources)}"
+          + ("" if ours.pch else "; NVRTC refused --pch here"))
 
 
 if __name__ == "__main__":

@@ -9,12 +9,13 @@ kernel's CUDA source when its module is loaded). It imports nothing else of this
 
 With the runtime alone `import tvm` loads no device backend, so this loads TVM's CUDA runtime
 library itself. A CUDA kernel built without a CUDA toolkit keeps its CUDA source, which NVRTC
-compiles when the module is loaded (0.1-0.5 s a kernel), for the architecture of the batch's
-target (TVM's own callback would ask the absent compiler library for it). That compilation
-runs in parallel worker processes (`--compile-workers`, all cores but one by default), in
-measuring order and ahead of the measuring, into a cache keyed by the source's hash; the
-measuring process, pinned to a core of its own while they run, loads each module from the
-cache as soon as it is there, so the GPU does not wait for the whole batch's compilation.
+compiles when the module is loaded, for the architecture of the batch's target (TVM's own
+callback would ask the absent compiler library for it), with the standard headers parsed once
+per process (`NvrtcCompiler`). That compilation runs in parallel worker processes
+(`--compile-workers`, all cores but one by default), in measuring order and ahead of the
+measuring, into a cache keyed by the source's hash; the measuring process, pinned to a core
+of its own while they run, loads each module from the cache as soon as it is there, so the GPU
+does not wait for the whole batch's compilation.
 Lines timed while the workers were still compiling say so ("compiling": true), and an even
 sample of them (`AUDIT_COMPILING`) is timed again at the end, quietly, which tells whether the
 compiling moved the timings; `--compile-first` compiles everything before the first timing.
@@ -201,26 +202,70 @@ def cuda_arch(target: dict, dev) -> str:
     return f"sm_{major}{minor}" + ("a" if int(major) >= 9 else "")
 
 
+# The standard headers that TVM's NVRTC preamble and its generated CUDA include, in the order
+# they are first included there. Parsing them (libcu++'s type_traits above all) takes most of a
+# small kernel's compilation, the same for every kernel.
+NVRTC_STD_HEADERS = ("cuda/std/cstdint", "cuda/std/limits", "cuda/std/type_traits")
+NVRTC_PREINCLUDE = "tvm_costmodel_nvrtc_std.h"
+
+
+class NvrtcCompiler:
+    """A CUDA compile function that is `tvm.support.nvcc.compile_cuda` with NVRTC (cubin), as
+    TVM's own callback, but parses the standard headers once per process: they are included
+    first, from one header (`--pre-include`), which NVRTC's automatic precompiled header
+    (`--pch`, NVRTC 12.8 on) keeps in memory for the next kernels. In TVM's order, so the cubin
+    is byte for byte TVM's own. Where NVRTC refuses that (an older NVRTC) but compiles the
+    kernel without it, this process goes on without (`pch` turns False).
+
+    `arch` None: the current target's, as TVM's callback does."""
+
+    def __init__(self, arch: str | None, include_dir: str):
+        header = os.path.join(include_dir, NVRTC_PREINCLUDE)
+        if not os.path.isfile(header):
+            os.makedirs(include_dir, exist_ok=True)
+            tmp = f"{header}.tmp-{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as handle:
+                handle.writelines(f"#include <{name}>\n" for name in NVRTC_STD_HEADERS)
+            os.replace(tmp, header)
+        self.arch = arch
+        self.pch = True
+        self.pch_options = [f"-I{include_dir}", f"--pre-include={NVRTC_PREINCLUDE}", "--pch"]
+
+    def __call__(self, code: str):
+        from tvm.support import nvcc
+
+        if self.pch:
+            try:
+                return nvcc.compile_cuda(code, target_format="cubin", arch=self.arch,
+                                         compiler="nvrtc", options=self.pch_options)
+            except Exception:  # noqa: BLE001  (the kernel's own error is raised below)
+                binary = nvcc.compile_cuda(code, target_format="cubin", arch=self.arch,
+                                           compiler="nvrtc")
+                self.pch = False  # compiled without: NVRTC cannot precompile here
+                return binary
+        return nvcc.compile_cuda(code, target_format="cubin", arch=self.arch, compiler="nvrtc")
+
+
 def use_kernel_cache(cache_dir: str, arch: str | None = None) -> None:
     """Route TVM's CUDA compilation (the NVRTC callback of `tvm.support.nvcc`) through the
-    cache. Also the initializer of the compiling workers.
+    cache, compiling with `NvrtcCompiler`. Also the initializer of the compiling workers.
 
     `arch` is required with the runtime alone: the callback otherwise asks TVM's compiler
     library for the current target (`Target.current`), which the runtime does not have, and
-    every kernel fails to load. `TVM_CUDA_COMPILE_MODE` (nvrtc, nvcc) is honoured as by TVM."""
+    every kernel fails to load. `TVM_CUDA_COMPILE_MODE` (nvrtc, nvcc) is honoured as by TVM:
+    with nvcc, TVM's own compilation."""
     import tvm  # noqa: F401
     from tvm.support import nvcc  # registers the NVRTC callback
     import tvm_ffi
 
-    if arch is None:
+    mode = os.environ.get("TVM_CUDA_COMPILE_MODE", "nvrtc").lower()
+    if mode == "nvrtc":
+        compile_fn = NvrtcCompiler(arch, os.path.join(cache_dir, "include"))
+    elif arch is None:
         compile_fn = tvm_ffi.get_global_func(CUDA_COMPILE_CALLBACK)
     else:
-        mode = os.environ.get("TVM_CUDA_COMPILE_MODE", "nvrtc").lower()
-        target_format = "fatbin" if mode == "nvcc" else "cubin"
-
         def compile_fn(code: str):
-            return nvcc.compile_cuda(code, target_format=target_format, arch=arch,
-                                     compiler=mode)
+            return nvcc.compile_cuda(code, target_format="fatbin", arch=arch, compiler=mode)
     tvm_ffi.register_global_func(CUDA_COMPILE_CALLBACK,
                                  cache_kernel_compiles(cache_dir, compile_fn), override=True)
 
@@ -265,9 +310,10 @@ class CompileAhead:
     """Compile the kernels of candidates in worker processes, in measuring order, while the
     measuring process times those already compiled.
 
-    NVRTC takes 0.1-0.5 s of a core a kernel and one GPU times a candidate in 50-80 ms, so
-    `workers` processes run far ahead after the first few and the measuring never waits for
-    the whole batch's compilation. The workers keep off the measuring process's core: where
+    NVRTC takes about a second of a core a kernel or more (0.8-7 s for drawn dense and conv2d
+    kernels on a 2-core development CPU, the standard headers precompiled) and one GPU times
+    a candidate in 50-80 ms, so the measuring keeps up with `workers` processes compiling at
+    once and never waits for the whole batch's compilation. The workers keep off the measuring process's core: where
     more than one CPU is available, the measuring process is pinned to the last and the
     workers to the others until `close`. With `cache_dir` None the workers only load each
     module (no CUDA: what the tests use).

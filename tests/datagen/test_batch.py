@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from conftest import CLI_TIMEOUT_SEC, assert_clean_error, run_cli
+from datagen.batch_measure import NVRTC_PREINCLUDE
 from datagen.records import read_records
 
 pytestmark = pytest.mark.slow
@@ -289,8 +290,85 @@ print(bytes(binary).decode(), json.dumps(asked))
     assert first == "no Target.current"
     binary, asked = second.split(" ", 1)
     assert binary == "cubin"
-    assert json.loads(asked) == [{"target_format": "cubin", "arch": "sm_90a",
-                                  "compiler": "nvrtc"}]
+    (asked,) = json.loads(asked)
+    assert {k: asked[k] for k in ("target_format", "arch", "compiler")} == {
+        "target_format": "cubin", "arch": "sm_90a", "compiler": "nvrtc"}
+    include = str(tmp_path / "cache" / "include")
+    assert asked["options"] == [f"-I{include}", f"--pre-include={NVRTC_PREINCLUDE}", "--pch"]
+
+
+def test_nvrtc_compiler_goes_on_without_precompiled_headers_where_nvrtc_refuses_them(
+        tmp_path, monkeypatch):
+    """An NVRTC older than 12.8 knows no `--pch`: the kernel is compiled without, and so are the
+    next ones; a kernel that fails either way raises its own error and changes nothing (a
+    stand-in for NVRTC that refuses any option)."""
+    from tvm.support import nvcc
+
+    from datagen.batch_measure import NVRTC_STD_HEADERS, NvrtcCompiler
+
+    asked = []
+
+    def old_nvrtc(code, target_format, arch, compiler, options=None):
+        asked.append(options)
+        if options or "bad" in code:
+            raise RuntimeError(f"NVRTC compilation failed: {code}")
+        return b"cubin of " + code.encode()
+
+    monkeypatch.setattr(nvcc, "compile_cuda", old_nvrtc)
+    compile_fn = NvrtcCompiler("sm_90a", str(tmp_path / "include"))
+    with open(tmp_path / "include" / NVRTC_PREINCLUDE) as f:
+        assert f.read().splitlines() == [f"#include <{h}>" for h in NVRTC_STD_HEADERS]
+    with pytest.raises(RuntimeError, match="bad kernel"):
+        compile_fn("bad kernel")
+    assert len(asked) == 2 and asked[0] and asked[1] is None
+    assert compile_fn.pch
+    assert compile_fn("k1") == b"cubin of k1"  # refused with --pch: compiled without
+    assert not compile_fn.pch
+    assert compile_fn("k2") == b"cubin of k2" and asked[-1] is None and len(asked) == 5
+
+
+def cuda_toolkit_for_nvrtc() -> str | None:
+    """A CUDA toolkit's folder with its headers where NVRTC is installed, else None."""
+    import glob
+
+    try:
+        from cuda.bindings import nvrtc  # noqa: F401
+    except ImportError:
+        return None
+    found = [os.environ["CUDA_PATH"]] if os.environ.get("CUDA_PATH") else \
+        sorted(glob.glob("/usr/local/cuda*"), reverse=True)
+    return next((d for d in found if os.path.isfile(os.path.join(d, "include",
+                                                                 "cuda_runtime.h"))), None)
+
+
+def test_nvrtc_with_precompiled_headers_gives_tvms_own_cubin(tmp_path, monkeypatch):
+    """Real NVRTC (where it and a CUDA toolkit's headers are installed; CI has neither):
+    drawn CUDA candidates of three families compile to the same bytes with the standard
+    headers precompiled as with TVM's own NVRTC compilation."""
+    toolkit = cuda_toolkit_for_nvrtc()
+    if toolkit is None:
+        pytest.skip("needs NVRTC (cuda-bindings, nvidia-cuda-nvrtc) and a CUDA toolkit's headers")
+    monkeypatch.setenv("CUDA_PATH", toolkit)
+    from tvm.s_tir.meta_schedule.builder.local_builder import default_build
+    from tvm.support import nvcc
+
+    from datagen.batch_measure import NvrtcCompiler
+    from datagen.sampler import ScheduleSampler
+    from datagen.tvm_env import make_target
+    from datagen.workloads import resolve
+
+    target = make_target("nvidia/nvidia-h100")
+    sources = []
+    for workload in resolve(["dense/m64_n64_k64", "conv2d/h14_w14_ci32_co32_k3_stride1_pad1",
+                             SOFTMAX]):
+        for cand in ScheduleSampler(workload.mod, target).random(2, 0, set()):
+            sources.append(default_build(cand.mod, target, None).imports[0].inspect_source())
+    compile_fn = NvrtcCompiler("sm_90a", str(tmp_path / "include"))
+    for code in sources:
+        ours = bytes(compile_fn(code))
+        assert ours == bytes(nvcc.compile_cuda(code, target_format="cubin", arch="sm_90a",
+                                               compiler="nvrtc"))
+    assert compile_fn.pch  # NVRTC precompiled the headers, it did not fall back
 
 
 def test_kernel_cache_compiles_each_source_once(tmp_path):
