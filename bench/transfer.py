@@ -5,7 +5,8 @@ For every share (default 1%, 5%, 10% and all of the training side's records) and
 train on the same records of --dataset with `train fit` (configs/graphsage.yaml, the
 architecture of --init-from), one per mode (--modes): "scratch", from random weights;
 "finetuned", from the weights of --init-from (`--model.init_from`: the source's input
-standardisation, target statistics of the share); "joint", from random weights on the share
+standardisation, target statistics of the share; with --freeze, some of its parts kept as
+trained); "joint", from random weights on the share
 plus --joint-share of --joint-dataset's records (by default the dataset --init-from was
 trained on), one model learning both targets at once (MTL-TLP's recipe,
 `--data.joint_dataset`: each target's latencies standardised with its own statistics);
@@ -98,6 +99,8 @@ def run_config(args, architecture: dict, mode: str, share: float, seed: int,
         model["init_from"] = args.init_from
         if args.finetune_lr is not None:
             model["lr"] = args.finetune_lr
+        if args.freeze:
+            model["freeze"] = args.freeze
     data = {"dataset": args.dataset, "split": args.split,
             "test_fraction": args.test_fraction, "test_families": args.test_families,
             "test_networks": args.test_networks, "val_fraction": args.val_fraction,
@@ -127,6 +130,8 @@ def settings(args) -> dict:
         wanted["warp_features"] = True
     if args.steps:
         wanted["steps"] = args.steps
+    if args.freeze:
+        wanted["freeze"] = args.freeze
     if set(JOINT_MODES) & set(args.modes):
         wanted.update(joint_dataset=portable(args.joint_dataset), joint_share=args.joint_share)
     return wanted
@@ -485,6 +490,9 @@ def main(argv: list[str] | None = None) -> int:
                              "--max-epochs times")
     parser.add_argument("--finetune-lr", type=float,
                         help="learning rate of the fine-tuned runs (default: the config's)")
+    parser.add_argument("--freeze", nargs="+", metavar="PART",
+                        help="fine-tuned runs keep these parts of the model as --init-from "
+                             "trained them (`--model.freeze`, e.g. layers norms)")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=["scratch", "finetuned"],
                         help="which models to train per share and seed")
     parser.add_argument("--joint-dataset",

@@ -100,6 +100,10 @@ class CostModelModule(L.LightningModule):
             standardisation for every feature it saw vary, while the target statistics are
             fitted on the new training records (`Normalization.with_inputs_of` says why); the
             new checkpoint records where it started (`init_from`, `checkpoint.provenance`).
+        freeze: parts of the model (its top-level modules, e.g. `layers` and `norms`, the
+            message passing) whose weights stay as they start: with `init_from`, as the source
+            trained them; the optimiser sees only the others (few-shot fine-tuning that
+            adapts the inputs and the head). A name the model lacks is refused with its parts.
     """
 
     def __init__(self, architecture: str = "graphsage", hidden: int = 128, num_layers: int = 3,
@@ -109,7 +113,8 @@ class CostModelModule(L.LightningModule):
                  lr_schedule: str = "constant", weight_decay: float = 1e-4,
                  mse_weight: float = 1.0, rank_weight: float = 1.0,
                  rank_loss: str = "logistic", init_from: str | None = None,
-                 joint_head: bool = False, use_warp_features: bool = False):
+                 joint_head: bool = False, use_warp_features: bool = False,
+                 freeze: list[str] | None = None):
         super().__init__()
         RANK_LOSSES.get(rank_loss)  # an unknown name fails here, before any data is read
         if lr_schedule not in LR_SCHEDULES:
@@ -142,6 +147,12 @@ class CostModelModule(L.LightningModule):
                 source.model.state_dict(), source.model.architecture, self.model.architecture))
             self.source_normalization = source.normalization
             self.source = checkpoint.provenance(source)
+        parts = dict(self.model.named_children())
+        for name in freeze or []:
+            if name not in parts:
+                raise UserError(f"freeze: the model has no part {name!r}; its parts: "
+                                f"{', '.join(parts)}")
+            parts[name].requires_grad_(False)
         self._eval_outputs: list[tuple[np.ndarray, ...]] = []
 
     def setup(self, stage: str) -> None:
@@ -209,7 +220,8 @@ class CostModelModule(L.LightningModule):
         self._eval_epoch_end("test")
 
     def configure_optimizers(self):
-        optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr,
+        trained = [p for p in self.parameters() if p.requires_grad]  # not the frozen parts
+        optimizer = torch.optim.AdamW(trained, lr=self.hparams.lr,
                                       weight_decay=self.hparams.weight_decay)
         if self.hparams.lr_schedule == "constant":
             return optimizer

@@ -325,6 +325,24 @@ def test_fine_tuning_with_lr_0_keeps_the_source_network(tiny_checkpoint, tiny_da
 
 
 @pytest.mark.slow
+def test_fine_tuning_with_frozen_parts_trains_only_the_others(tiny_checkpoint, tiny_dataset,
+                                                              tmp_path):
+    """`--model.freeze '[layers, norms]'`: the message passing keeps the source's weights,
+    the head (and the input projection) train."""
+    proc = train_tiny("--data.dataset", tiny_dataset, "--model.init_from", tiny_checkpoint,
+                      "--model.freeze", "[layers, norms]", "--model.lr", "0.01",
+                      "--trainer.max_epochs", "2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (path,) = glob.glob(str(tmp_path / "checkpoints" / "*.ckpt"))
+    new = checkpoint.load(path).model.state_dict()
+    source = checkpoint.load(tiny_checkpoint).model.state_dict()
+    frozen = [k for k in new if k.startswith(("layers.", "norms."))]
+    assert frozen and all(torch.equal(new[k], source[k]) for k in frozen)
+    for part in ("head.", "feature_proj."):
+        assert not all(torch.equal(new[k], source[k]) for k in new if k.startswith(part))
+
+
+@pytest.mark.slow
 def test_init_from_errors_through_the_cli(tiny_checkpoint, tiny_dataset, tmp_path):
     proc = train_tiny("--data.dataset", tiny_dataset, "--model.init_from", tiny_checkpoint,
                       "--model.hidden", "32", "--trainer.fast_dev_run", "true", cwd=tmp_path)
@@ -338,6 +356,11 @@ def test_init_from_errors_through_the_cli(tiny_checkpoint, tiny_dataset, tmp_pat
     proc = train_tiny("--data.dataset", tiny_dataset, "--data.train_share", "0",
                       "--trainer.fast_dev_run", "true", cwd=tmp_path)
     assert_clean_error(proc, "train_share must be in (0, 1], not 0.0", prog="train")
+    proc = train_tiny("--data.dataset", tiny_dataset, "--model.init_from", tiny_checkpoint,
+                      "--model.freeze", "[convs]", "--trainer.fast_dev_run", "true",
+                      cwd=tmp_path)
+    assert_clean_error(proc, "freeze: the model has no part 'convs'; its parts: "
+                             "kind_embedding, feature_proj, layers, norms", prog="train")
     proc = train_tiny("--data.dataset", tiny_dataset, "--model.joint_head", "true",
                       "--trainer.fast_dev_run", "true", cwd=tmp_path)
     assert_clean_error(proc, "joint_head gives another dataset's records a head of their own: "
