@@ -313,9 +313,9 @@ class CompileAhead:
     NVRTC takes about a second of a core a kernel or more (0.8-7 s for drawn dense and conv2d
     kernels on a 2-core development CPU, the standard headers precompiled) and one GPU times
     a candidate in 50-80 ms, so the measuring keeps up with `workers` processes compiling at
-    once and never waits for the whole batch's compilation. The workers keep off the measuring process's core: where
-    more than one CPU is available, the measuring process is pinned to the last and the
-    workers to the others until `close`. With `cache_dir` None the workers only load each
+    once and never waits for the whole batch's compilation. The workers keep off the
+    measuring process's core: where more than one CPU is available, the measuring process is
+    pinned to the last and the workers to the others until `close`. With `cache_dir` None the workers only load each
     module (no CUDA: what the tests use).
     """
 
