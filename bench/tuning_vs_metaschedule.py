@@ -40,7 +40,13 @@ ms-xgb-pretrained is then XGBModel trained on that checkpoint's training records
     python bench/tuning_vs_metaschedule.py [--seeds 0 1 2] [--trials 64 256] [--parts shapes v2]
                                            [--family-checkpoint CKPT] [--report]
     python bench/tuning_vs_metaschedule.py --parts gpu --target nvidia/nvidia-h100 --seeds 0 \
-        --trials 64 --tuners bo ms-xgb-pretrained ms-default --out bench/results/cuda-h100
+        --trials 64 --tuners bo ms-xgb-pretrained ms-default --out bench/results/cuda-h100 \
+        [--jobs 3]
+
+With a GPU --target, --jobs N tunes up to N tuners of a (workload, seed) at once, each in a
+process of its own: they search and build side by side while their measurements take turns on
+the GPU (each measuring process on a core of its own), so the comparison is the same and only
+its wall time shrinks; the finalists are then re-measured together, alone.
 """
 
 from __future__ import annotations
@@ -114,7 +120,8 @@ def part(name, workloads, checkpoint, args, target, measurer) -> None:
     results, remeasured = run_curves(
         resolve(workloads), tuners, trials, args.seeds, out, target, measurer,
         inputs, args.trials_per_iter,
-        remeasure_budgets=args.trials, tuner_trials=tuner_trials, finished_only=args.report)
+        remeasure_budgets=args.trials, tuner_trials=tuner_trials, finished_only=args.report,
+        jobs=args.jobs)
     if not results:
         raise SystemExit(f"{name}: no finished (workload, seed) pair in {out}/pairs yet")
     budgets = sorted({16, 32, *args.trials})
@@ -227,6 +234,10 @@ def main() -> None:
                         "family (--family-checkpoint); v2: held-out networks "
                         "(graphsage-v2-networks.ckpt); network: a CNN end to end; gpu: "
                         "held-out shapes on the GPU of --target (graphsage-h100.ckpt)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="with a GPU --target: tune up to this many tuners of a (workload, "
+                        "seed) at once, each in its own process, their measurements taking turns "
+                        "on the GPU (default: one after another)")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
 
@@ -240,6 +251,11 @@ def main() -> None:
     if on_gpu and set(args.parts) != {"gpu"}:
         raise SystemExit("error: with a GPU --target only --parts gpu runs (the other parts' "
                          "checkpoints learned this CPU)")
+    if args.jobs < 1:
+        raise SystemExit(f"error: --jobs must be at least 1, not {args.jobs}")
+    if args.jobs > 1 and not on_gpu:
+        raise SystemExit("error: --jobs above 1 needs a GPU --target: tuners side by side on "
+                         "this CPU would build and search on the cores they measure on")
     if "gpu" in args.parts and not on_gpu:
         raise SystemExit("error: --parts gpu tunes on a GPU: give its --target "
                          "(nvidia/nvidia-h100) and run on that GPU's host")

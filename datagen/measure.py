@@ -5,6 +5,7 @@ mean of `number` runs, with `number` raised until a repeat lasts at least `min_r
 Every repeat is kept. `measure` builds a batch first and measures it after, never both at
 once, so no build competes for the cores being timed; `build` and `run_built` are the two
 halves, which `collect` overlaps where the device being timed is not this host's CPU.
+Measurers of several processes that share a `device_lock` take turns on the device.
 
 `run_latency` and `latency_stats` are the one definition of a measured latency everywhere in
 the project: the median of the timed repeats, with MetaSchedule's failure sentinel (a failed
@@ -129,10 +130,14 @@ def local_device(target_kind: str) -> dict:
     return device_description(dev, target_kind)
 
 
-def _init_runner(num_threads: int, kernel_cache: str | None = None) -> None:
+def _init_runner(num_threads: int, kernel_cache: str | None = None,
+                 cpus: list[int] | None = None) -> None:
     """Runner worker initializer: the TVM runtime reads its thread count when it starts; CUDA
-    kernels that the builders compiled come from `kernel_cache` (others compile as usual)."""
+    kernels that the builders compiled come from `kernel_cache` (others compile as usual); with
+    `cpus`, the worker runs on those only."""
     os.environ["TVM_NUM_THREADS"] = str(num_threads)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
     if kernel_cache:
         from datagen.batch_measure import use_kernel_cache
 
@@ -144,6 +149,44 @@ def _init_runner(num_threads: int, kernel_cache: str | None = None) -> None:
 
 def _classify_run_error(message: str) -> str:
     return RUN_TIMEOUT if "Timeout" in message else RUN_ERROR
+
+
+@functools.cache
+def _exclusive_runner_class():
+    """`ExclusiveRunner`, defined on first use (this module imports no MetaSchedule at import
+    time: the runtime-only measuring process uses it too)."""
+    import fcntl
+
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.runner import PyRunner
+
+    @derived_object
+    class ExclusiveRunner(PyRunner):
+        """A runner whose batches take turns with those of other processes on one device:
+        each batch holds an exclusive lock on the file `lock_path` from its first program's
+        loading to its last result, so programs of several processes never run at once.
+        `held` lists each batch's (start, end) in `time.time()` seconds."""
+
+        def __init__(self, runner, lock_path: str):
+            super().__init__()
+            self.runner = runner
+            self.lock_path = lock_path
+            self.held: list[tuple[float, float]] = []
+
+        def run(self, runner_inputs):
+            with open(self.lock_path, "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:
+                    start = time.time()
+                    futures = self.runner.run(runner_inputs)
+                    for future in futures:
+                        future.result()
+                    self.held.append((start, time.time()))
+                finally:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+            return futures
+
+    return ExclusiveRunner
 
 
 class Measurer:
@@ -162,21 +205,34 @@ class Measurer:
             RPC server links itself). On this host's CUDA GPU the builders also compile each
             program's kernels (NVRTC) into a cache the runner reads, so neither the link nor
             the compile happens in the process that measures, one program at a time.
+        device_lock: a file that measurers of several processes on this host share: their
+            programs take turns on the device (see `_exclusive_runner_class`), so several
+            tuners can search and build at once while one device times one program at a time.
+        runner_cpus: the cores the measuring process runs on (default: all), so that work of
+            this process and others on the remaining cores does not preempt it.
     """
 
     def __init__(self, target, protocol: dict | None = None, tracker: Tracker | None = None,
                  num_threads: int | None = None, build_workers: int | None = None,
                  build_timeout: float | None = None, run_timeout: float = DEFAULT_RUN_TIMEOUT_SEC,
-                 shared_library: bool | None = None):
+                 shared_library: bool | None = None, device_lock: str | None = None,
+                 runner_cpus: list[int] | None = None):
         from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner, RPCConfig, RPCRunner
 
         from datagen.builder import DEFAULT_BUILD_TIMEOUT_SEC, PersistentBuilder
         from datagen.tvm_env import default_num_threads
 
+        if device_lock is not None and tracker is not None:
+            raise UserError("a device lock is for measuring on this host, not through an RPC "
+                            "tracker")
         self.target = target
         self.protocol = {**DEFAULT_PROTOCOL, **(protocol or {})}
         self.num_threads = num_threads or default_num_threads()
         self.tracker = tracker
+        # what a measurer like this one in another process is made with (see `device_lock`)
+        self.settings = {"protocol": self.protocol, "num_threads": self.num_threads,
+                         "build_timeout": build_timeout, "run_timeout": run_timeout,
+                         "shared_library": shared_library}
         self.device_type = "cpu" if target.kind.name == "llvm" else target.kind.name
         self.build_wall = 0.0  # seconds spent building, over the measurer's life
         self.run_wall = 0.0  # seconds spent measuring
@@ -205,7 +261,10 @@ class Measurer:
             self.runner = LocalRunner(timeout_sec=run_timeout, evaluator_config=evaluator,
                                       initializer=functools.partial(_init_runner,
                                                                     self.num_threads,
-                                                                    self.kernel_cache))
+                                                                    self.kernel_cache,
+                                                                    runner_cpus))
+            if device_lock is not None:
+                self.runner = _exclusive_runner_class()(self.runner, device_lock)
         else:
             tracker.check()
             config = RPCConfig(tracker.host, tracker.port, tracker.key,
@@ -322,7 +381,7 @@ class Measurer:
     def close(self) -> None:
         """Stop the builder's and the runner's worker processes."""
         self.builder.shutdown()
-        pool = getattr(self.runner, "pool", None)
+        pool = getattr(getattr(self.runner, "runner", self.runner), "pool", None)
         if pool is not None:
             pool.shutdown(wait=False)
         if self.kernel_cache:

@@ -17,6 +17,12 @@ at each budget and the trials to reach the reference's final latency, and, per p
 re-measured latency ratio per pair, wins, ties (within 2%) and losses, the geometric-mean ratio
 with a paired bootstrap 95% interval, and the trials to reach the baseline's final latency.
 `curves.png` plots the best latency against trials.
+
+On a GPU the tuners of a (workload, seed) can tune at once, each in a process of its own
+(`jobs`): they search and build side by side on the host's cores while their measurements
+take turns on the device (`datagen.measure.Measurer`'s `device_lock`), each measuring process
+on a core of its own. The tuners still see the same builder, runner, budget and protocol; only
+the wall time changes. The finalists are re-measured afterwards in this process, alone.
 """
 
 from __future__ import annotations
@@ -55,8 +61,12 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
                remeasure_budgets: list[int] | None = None,
                rounds: int = REMEASURE_ROUNDS,
                tuner_trials: dict[str, int] | None = None,
-               finished_only: bool = False) -> tuple[dict, dict]:
+               finished_only: bool = False, jobs: int = 1) -> tuple[dict, dict]:
     """Tune, then re-measure the finalists; also writes results.json.
+
+    With `jobs` above 1, up to that many tuners of a (workload, seed) tune at once, each in
+    a process of its own with a measurer like `measurer` (see the module doc; a run that
+    fails there is tuned again here, alone).
 
     `tuner_trials` gives some tuners a smaller budget than `trials` (a tuner is re-measured
     only at the budgets it reached). Each finished (workload, seed) is kept in `pair_file` and
@@ -94,7 +104,7 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
                 made_with[path] = pair.get("models")
             if pair is None:
                 pair = _run_pair(w, tuners, runs_to, budgets, seed, out, target, measurer,
-                                 inputs, trials_per_iter, progress, rounds, models)
+                                 inputs, trials_per_iter, progress, rounds, models, jobs)
                 pair["models"] = models
                 _write_json(pair_file(out, w.key, seed), pair)
             for tuner in tuners:
@@ -165,29 +175,129 @@ def _write_json(path: str, data: dict) -> None:
     os.replace(f"{path}.tmp", path)
 
 
-def _run_pair(w, tuners, runs_to, budgets, seed, out, target, measurer, inputs,
-              trials_per_iter, progress, rounds, models) -> dict:
+def _models_used(tuner: str, models: dict) -> dict:
+    """The part of `models` that `tuner` searches with (a run tuned with others is redone)."""
     from tuning.tuner import TUNERS
 
-    dirs, curves = {}, {}
+    spec = TUNERS.get(tuner)
+    return {k: v for k, v in models.items()
+            if (k == "checkpoints" and spec.needs_checkpoint) or
+            (k == "pretrained_xgb" and spec.needs_pretrained_xgb)}
+
+
+def _tune_run(mod, target, tuner, trials, wd, measurer, inputs, trials_per_iter, progress,
+              desc, uses) -> None:
+    """One tuner's run into `wd`, from scratch, marked done when it finished."""
+    shutil.rmtree(wd, ignore_errors=True)
+    tune_workload(mod, target, tuner, trials, wd, measurer, inputs, trials_per_iter,
+                  progress=progress, desc=desc)
+    _write_json(os.path.join(wd, "done"), {"trials": len(_finished(wd, 0) or []),
+                                           "models": uses})
+
+
+def _run_pair(w, tuners, runs_to, budgets, seed, out, target, measurer, inputs,
+              trials_per_iter, progress, rounds, models, jobs: int = 1) -> dict:
+    dirs = {t: run_dir(out, w.key, t, seed) for t in tuners}
+    uses = {t: _models_used(t, models) for t in tuners}
+    inputs = dataclasses.replace(inputs, seed=seed)
+    waiting = [t for t in tuners if _finished(dirs[t], runs_to[t], uses[t]) is None]
+    if jobs > 1 and len(waiting) > 1:
+        _tune_side_by_side(w, waiting, runs_to, dirs, uses, target, measurer, inputs,
+                           trials_per_iter, jobs, f"{w.key} s{seed}", progress)
+    curves = {}
     for tuner in tuners:
-        wd = dirs[tuner] = run_dir(out, w.key, tuner, seed)
-        spec = TUNERS.get(tuner)
-        uses = {k: v for k, v in models.items()  # a run tuned with other models is done again
-                if (k == "checkpoints" and spec.needs_checkpoint) or
-                (k == "pretrained_xgb" and spec.needs_pretrained_xgb)}
-        curve = _finished(wd, runs_to[tuner], uses)
+        curve = _finished(dirs[tuner], runs_to[tuner], uses[tuner])
         if curve is None:
-            shutil.rmtree(wd, ignore_errors=True)
-            tune_workload(w.mod, target, tuner, runs_to[tuner], wd, measurer,
-                          dataclasses.replace(inputs, seed=seed), trials_per_iter,
-                          progress=progress, desc=f"{w.key} {tuner} s{seed}")
-            curve = _finished(wd, 0) or []
-            _write_json(os.path.join(wd, "done"), {"trials": len(curve), "models": uses})
+            _tune_run(w.mod, target, tuner, runs_to[tuner], dirs[tuner], measurer, inputs,
+                      trials_per_iter, progress, f"{w.key} {tuner} s{seed}", uses[tuner])
+            curve = _finished(dirs[tuner], 0) or []
         curves[tuner] = curve
     pair = remeasure_finalists(w, dirs, runs_to, budgets, target, measurer, rounds)
     pair.update(curves=curves, tuner_trials=runs_to, target=str(target))
     return pair
+
+
+def _tune_elsewhere(job: dict) -> str | None:
+    """In a process of its own: one tuner's run as `_tune_run` does it, with a measurer like
+    the caller's whose programs take turns on the device with the other processes'. The
+    measuring process runs on the last usable core, everything else on the others. Returns
+    None, or the error in one line."""
+    import tvm
+
+    from costmodel.predictor import CostModelPredictor
+    from datagen.measure import Measurer
+    from datagen.tvm_env import make_target
+
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) > 1:
+            os.sched_setaffinity(0, cpus[:-1])
+        target = make_target(json.loads(job["target"]))
+        predictor = None
+        if job["checkpoints"]:
+            predictor = CostModelPredictor.load(job["checkpoints"], device=job["device"],
+                                                blend=job["blend"])
+        inputs = dataclasses.replace(job["inputs"], predictor=predictor)
+        measurer = Measurer(target, **job["measurer"], device_lock=job["lock"],
+                            runner_cpus=cpus[-1:] if len(cpus) > 1 else None)
+        try:
+            _tune_run(tvm.ir.load_json(job["definition"]), target, job["tuner"], job["trials"],
+                      job["work_dir"], measurer, inputs, job["trials_per_iter"], False, "",
+                      job["uses"])
+        finally:
+            measurer.close()
+    except Exception as err:  # noqa: BLE001  (the caller tunes this run again itself)
+        return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    return None
+
+
+def _tune_side_by_side(w, tuners, runs_to, dirs, uses, target, measurer, inputs,
+                       trials_per_iter, jobs, desc, progress=True) -> dict[str, str]:
+    """Tune `tuners`' runs of workload `w` in up to `jobs` processes at once (see the module
+    doc). Returns {tuner: error} of the runs that failed there: those are left unfinished,
+    for the caller to tune again."""
+    import multiprocessing
+    import tempfile
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    from tqdm import tqdm
+
+    from datagen.errors import UserError
+    from datagen.tvm_env import target_json
+
+    if measurer.tracker is not None:
+        raise UserError("tuners side by side take turns on this host's device; through an RPC "
+                        "tracker, tune them one after another (jobs 1)")
+    predictor = inputs.predictor
+    base = dataclasses.replace(inputs, predictor=None)
+    with tempfile.TemporaryDirectory(prefix="tuning-device-lock-") as tmp:
+        job = {"target": target_json(target), "definition": w.definition(),
+               "measurer": measurer.settings, "lock": os.path.join(tmp, "lock"),
+               "checkpoints": [m.path for m in predictor.members] if predictor else None,
+               "blend": predictor is not None and predictor.companion is not None,
+               "device": str(predictor.device) if predictor else None,
+               "inputs": base, "trials_per_iter": trials_per_iter}
+        context = multiprocessing.get_context("spawn")  # no fork of a process running TVM
+        errors = {}
+        with ProcessPoolExecutor(min(jobs, len(tuners)), mp_context=context) as pool, \
+                tqdm(total=len(tuners), desc=f"{desc}, side by side", unit="run",
+                     disable=not progress) as bar:
+            futures = {pool.submit(_tune_elsewhere, {**job, "tuner": t, "trials": runs_to[t],
+                                                     "work_dir": dirs[t], "uses": uses[t]}): t
+                       for t in tuners}
+            for future in as_completed(futures):
+                tuner = futures[future]
+                try:
+                    error = future.result()
+                except Exception as err:  # noqa: BLE001  (its process died: tuned here)
+                    error = f"{type(err).__name__}: {err}"
+                if error is not None:
+                    errors[tuner] = error
+                    bar.write(f"{tuner} failed in its own process ({error}); tuning it here")
+                else:
+                    bar.set_postfix_str(f"{tuner} finished")
+                bar.update()
+    return errors
 
 
 def finalist(work_dir: str, budget: int) -> str | None:

@@ -293,3 +293,45 @@ def test_not_an_exported_model(tiny_checkpoint, tmp_path):
     proc = run_cli("run", "--torch-model", str(bogus), "--checkpoint", tiny_checkpoint,
                    "--out", str(tmp_path / "o"), prog="tune")
     assert_clean_error(proc, "is not a torch.export program", prog="tune")
+
+
+def test_tuners_side_by_side_in_their_own_processes(tiny_checkpoint, tmp_path):
+    """`jobs` 2: each tuner's run is tuned in a process of its own (bo with the checkpoint
+    loaded again there), marked done there, and read back by `run_curves`, which then only
+    re-measures the finalists."""
+    from datagen.measure import Measurer
+    from datagen.tvm_env import make_target
+    from datagen.workloads import resolve
+    from tuning.compare import (_models_used, _tune_side_by_side, model_ids, run_curves,
+                                run_dir)
+    from tuning.tuner import SearchInputs, load_predictor
+
+    target = make_target(None)
+    (w,) = resolve([WORKLOAD])
+    tuners, out = ["bo", "random"], str(tmp_path / "cmp")
+    inputs = SearchInputs(load_predictor(tiny_checkpoint))
+    models = model_ids(inputs)
+    dirs = {t: run_dir(out, w.key, t, 0) for t in tuners}
+    measurer = Measurer(target, protocol={"repeat": 3, "min_repeat_ms": 5})
+    try:
+        errors = _tune_side_by_side(w, tuners, {t: 4 for t in tuners}, dirs,
+                                    {t: _models_used(t, models) for t in tuners}, target,
+                                    measurer, inputs, 2, 2, "test", progress=False)
+        assert errors == {}
+        for tuner in tuners:
+            with open(os.path.join(dirs[tuner], "done")) as f:
+                assert json.load(f) == {"trials": 4, "models": _models_used(tuner, models)}
+            (curve,) = read_curve(dirs[tuner]).values()
+            assert len(curve) == 4
+        assert _models_used("bo", models) == models  # bo's names the checkpoint it loaded
+        databases = {t: open(os.path.join(dirs[t], "database_tuning_record.json")).read()
+                     for t in tuners}
+        results, remeasured = run_curves([w], tuners, 4, [0], out, target, measurer, inputs, 2,
+                                         progress=False, rounds=2, jobs=2)
+    finally:
+        measurer.close()
+    # nothing was tuned again: the runs are the ones the two processes made
+    assert {t: open(os.path.join(dirs[t], "database_tuning_record.json")).read()
+            for t in tuners} == databases
+    assert all(len(results[w.key][t][0]) == 4 for t in tuners)
+    assert all(len(remeasured[w.key][4][t][0]) == 2 for t in tuners)

@@ -14,6 +14,7 @@ BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "tuning_vs_
     (["--target", "nvidia/nvidia-h100"], "with a GPU --target only --parts gpu runs"),
     (["--parts", "gpu", "--target", "nvidia/nvidia-h100"],
      "needs a cuda device and this host has none"),
+    (["--jobs", "2"], "--jobs above 1 needs a GPU --target"),
 ])
 def test_gpu_part_without_a_gpu_is_one_line(tmp_path, args, message):
     proc = subprocess.run([sys.executable, BENCH, *args, "--out", str(tmp_path)],
