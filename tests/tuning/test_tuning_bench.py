@@ -44,3 +44,17 @@ def test_gpu_part_report_needs_no_gpu(tmp_path):
     assert "dense/m197_n2304_k768" in proc.stdout and "bo@64 / ms-xgb-pretrained@64" in proc.stdout
     assert "(made with graphsage-h100.ckpt (" in proc.stdout
     assert (tmp_path / "tuning-gpu" / "summary.json").exists()
+
+
+@pytest.mark.slow
+def test_search_time_times_each_tuners_rounds_on_one_and_two_threads():
+    bench = os.path.join(os.path.dirname(BENCH), "search_time.py")
+    proc = subprocess.run([sys.executable, bench, "dense/m32_n32_k32", "--target", "llvm",
+                           "--tuners", "bo", "ms-default", "--rounds", "2"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rounds = [line for line in proc.stdout.splitlines() if "round" in line and "wall" in line]
+    assert len(rounds) == 8  # 2 tuners x 2 thread counts x 2 rounds
+    assert all("8 candidates" in line for line in rounds)
+    assert sum(line.startswith(("bo ", "ms-default ")) and "serial about" in line
+               for line in proc.stdout.splitlines()) == 2
