@@ -96,6 +96,14 @@ def main() -> None:
                         "target's kind, with its pretrained XGBModel beside it)")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    from datagen.errors import UserError
+    from tuning.tuner import TUNERS
+
+    try:
+        for tuner in args.tuners:
+            TUNERS.get(tuner)
+    except UserError as err:
+        raise SystemExit(f"error: {err}") from None
     if args.one:
         one(args)
         return

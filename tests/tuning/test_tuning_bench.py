@@ -58,3 +58,11 @@ def test_search_time_times_each_tuners_rounds_on_one_and_two_threads():
     assert all("8 candidates" in line for line in rounds)
     assert sum(line.startswith(("bo ", "ms-default ")) and "serial about" in line
                for line in proc.stdout.splitlines()) == 2
+
+
+def test_search_time_refuses_an_unknown_tuner_in_one_line():
+    bench = os.path.join(os.path.dirname(BENCH), "search_time.py")
+    proc = subprocess.run([sys.executable, bench, "--tuners", "nope"], capture_output=True,
+                          text=True, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1 and "unknown tuner 'nope'" in lines[0]
