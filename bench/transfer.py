@@ -11,7 +11,9 @@ plus --joint-share of --joint-dataset's records (by default the dataset --init-f
 trained on), one model learning both targets at once (MTL-TLP's recipe,
 `--data.joint_dataset`: each target's latencies standardised with its own statistics);
 "joint_heads", the same with a head of its own for the other dataset's records on the shared
-layers (`--model.joint_head`, MTL-TLP's multi-task heads). With
+layers (`--model.joint_head`, MTL-TLP's multi-task heads); "finetuned_joint_heads", the
+same from the weights of --init-from, the other dataset's head starting as a copy of its head
+(fine-tuning beside the source's own records, so that it does not forget them). With
 --normalize-per-workload every mode's labels are standardised within each workload (MAPE is
 then undefined). The share is a seeded draw within each workload that keeps at least
 2 records of each (`--data.train_share`, `--data.share_seed` = the seed); the split (seeded by
@@ -57,8 +59,10 @@ import sys
 import numpy as np
 import pandas as pd
 
-MODES = ("scratch", "finetuned", "joint", "joint_heads")
-JOINT_MODES = ("joint", "joint_heads")  # the modes that train beside --joint-dataset
+MODES = ("scratch", "finetuned", "joint", "joint_heads", "finetuned_joint_heads")
+# the modes that train beside --joint-dataset, and those that start from --init-from's weights
+JOINT_MODES = ("joint", "joint_heads", "finetuned_joint_heads")
+FINETUNED_MODES = ("finetuned", "finetuned_joint_heads")
 METRICS = ("kendall_tau", "top1_score", "mape")  # printed and summarised first
 PLOTTED = {"kendall_tau": "Kendall tau", "top1_score": "top-1 score"}
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs",
@@ -95,7 +99,7 @@ def run_config(args, architecture: dict, mode: str, share: float, seed: int,
              "use_trace_features": bool(architecture.get("num_trace_features")),
              "use_warp_features": bool(architecture.get("num_warp_features"))
              or args.warp_features}
-    if mode == "finetuned":
+    if mode in FINETUNED_MODES:
         model["init_from"] = args.init_from
         if args.finetune_lr is not None:
             model["lr"] = args.finetune_lr
@@ -109,7 +113,7 @@ def run_config(args, architecture: dict, mode: str, share: float, seed: int,
             "normalize_per_workload": args.normalize_per_workload}
     if mode in JOINT_MODES:
         data.update(joint_dataset=args.joint_dataset, joint_share=args.joint_share)
-    if mode == "joint_heads":
+    if mode.endswith("joint_heads"):
         model["joint_head"] = True
     return {"seed_everything": seed, "trainer": trainer_settings(args, work), "model": model,
             "data": data}

@@ -35,7 +35,8 @@ def check_same_architecture(path: str, theirs: dict, ours: dict) -> None:
         UserError: one line naming each argument that differs, with both values.
     """
     differ = [k for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k)
-              and not (k == "num_warp_features" and not theirs.get(k))]
+              and not (k == "num_warp_features" and not theirs.get(k))
+              and not (k == "num_heads" and theirs.get(k, 1) == 1)]
     if differ:
         cells = "; ".join(f"{k} {theirs.get(k)} there, {ours.get(k)} here"
                           + (f" ({ARCHITECTURE_OPTIONS[k]})" if k in ARCHITECTURE_OPTIONS else "")
@@ -55,6 +56,18 @@ def widen_with_warp_features(state: dict, theirs: dict, ours: dict) -> dict:
     weight = state["feature_proj.weight"]
     return {**state, "feature_proj.weight": torch.cat(
         [weight, weight.new_zeros(weight.shape[0], extra)], dim=1)}
+
+
+def widen_with_heads(state: dict, theirs: dict, ours: dict) -> dict:
+    """A one-head source network's parameters for a model with more heads (`joint_head`):
+    each extra head starts as a copy of the source's head, so the other target's records
+    start where the source left them (fine-tuning beside the source's own records)."""
+    if ours.get("num_heads", 1) <= theirs.get("num_heads", 1):
+        return state
+    copies = {f"extra_heads.{i}.{name[len('head.'):]}": value.clone()
+              for i in range(ours["num_heads"] - 1)
+              for name, value in state.items() if name.startswith("head.")}
+    return {**state, **copies}
 
 
 class CostModelModule(L.LightningModule):
@@ -96,7 +109,9 @@ class CostModelModule(L.LightningModule):
             e.g. a CPU model on a few GPU measurements). It is read like any checkpoint
             (`costmodel.checkpoint.load`: no code runs), may be of another target kind, and
             its architecture must be this one, except that a source without warp features may
-            start a model with them (`widen_with_warp_features`). The data keep its input
+            start a model with them (`widen_with_warp_features`), and a one-head source a
+            model with a joint head (`widen_with_heads`: the joint head starts as a copy of
+            the source's). The data keep its input
             standardisation for every feature it saw vary, while the target statistics are
             fitted on the new training records (`Normalization.with_inputs_of` says why); the
             new checkpoint records where it started (`init_from`, `checkpoint.provenance`).
@@ -143,8 +158,9 @@ class CostModelModule(L.LightningModule):
             source = checkpoint.load(init_from)
             check_same_architecture(init_from, source.model.architecture,
                                     self.model.architecture)
-            self.model.load_state_dict(widen_with_warp_features(
-                source.model.state_dict(), source.model.architecture, self.model.architecture))
+            theirs, ours = source.model.architecture, self.model.architecture
+            self.model.load_state_dict(widen_with_heads(widen_with_warp_features(
+                source.model.state_dict(), theirs, ours), theirs, ours))
             self.source_normalization = source.normalization
             self.source = checkpoint.provenance(source)
         parts = dict(self.model.named_children())

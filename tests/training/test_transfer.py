@@ -190,6 +190,33 @@ def test_a_source_without_warp_features_starts_a_model_with_them(tmp_path):
                                                                              "wide.ckpt"))
 
 
+def test_a_one_head_source_starts_a_model_with_a_joint_head(tmp_path):
+    """Fine-tuning beside the source's own records (`finetuned_joint_heads`): every weight is
+    the source's and the joint head starts as a copy of its head, so both heads predict what
+    the source did. A source with more heads than the model is refused."""
+    path = write_source(tmp_path / "cpu.ckpt")
+    module = CostModelModule(hidden=16, num_layers=2, dropout=0.0, init_from=path,
+                             joint_head=True)
+    source = checkpoint.load(path).model.state_dict()
+    state = module.model.state_dict()
+    assert module.model.architecture["num_heads"] == 2
+    assert all(torch.equal(state[k], w) for k, w in source.items())
+    heads = [k for k in source if k.startswith("head.")]
+    assert heads and set(state) == set(source) | {"extra_" + k.replace("head.", "heads.0.", 1)
+                                                  for k in heads}
+    assert all(torch.equal(state["extra_" + k.replace("head.", "heads.0.", 1)], source[k])
+               for k in heads)
+    assert module.model.extra_heads[0][0].weight.data_ptr() != \
+        module.model.head[0].weight.data_ptr()  # copies: the two heads train apart
+    two = create_model({**architecture(), "num_heads": 2})
+    meta = checkpoint.describe(two, checkpoint.load(path).normalization, GPU_TARGET, "data/x",
+                               "shapes", {"train": ["dense/a"], "val": [], "test": ["dense/b"]})
+    checkpoint.save(str(tmp_path / "two.ckpt"), two, meta, {})
+    with pytest.raises(UserError, match=r"num_heads 2 there, None here \(--model.joint_head\)"):
+        CostModelModule(hidden=16, num_layers=2, dropout=0.0, init_from=str(tmp_path /
+                                                                             "two.ckpt"))
+
+
 class RunsCode:
     """A pickle that runs a shell command when unpickled."""
 
@@ -538,22 +565,23 @@ def test_a_joint_dataset_of_the_same_target_may_not_hold_held_out_workloads(tiny
 
 @pytest.mark.slow
 def test_the_transfer_bench_trains_jointly(tiny_checkpoint, tiny_dataset, tmp_path):
-    """--modes scratch joint joint_heads: the joint runs train on the share and on the other
-    dataset's records, their checkpoints are for the share's target, predict its latencies and
-    say so; with joint_heads the other records trained a head of their own."""
+    """--modes scratch joint joint_heads finetuned_joint_heads: the joint runs train on the
+    share and on the other dataset's records, their checkpoints are for the share's target,
+    predict its latencies and say so; with joint_heads the other records trained a head of
+    their own; finetuned_joint_heads is the same started from --init-from."""
     from costmodel.predictor import CostModelPredictor
 
     out = tmp_path / "transfer"
     args = [sys.executable, BENCH, "--dataset", tiny_dataset, "--init-from", tiny_checkpoint,
             "--split", "family", "--test-families", "softmax", "--val-fraction", "0.5",
             "--shares", "1.0", "--seeds", "0", "--max-epochs", "1", "--modes", "scratch",
-            "joint", "joint_heads", "--joint-dataset", GPU_DATASET, "--joint-share", "0.05",
+            "joint", "joint_heads", "finetuned_joint_heads", "--joint-dataset", GPU_DATASET, "--joint-share", "0.05",
             "--out", str(out), "--cache-dir", str(tmp_path / "c")]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC,
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["modes"] == ["scratch", "joint", "joint_heads"]
+    assert summary["modes"] == ["scratch", "joint", "joint_heads", "finetuned_joint_heads"]
     assert set(summary["curves"]) == set(summary["modes"])
     assert not summary["normalize_per_workload"] and summary["joint_share"] == 0.05
     runs = {r["mode"]: r for r in summary["runs"]}
@@ -577,6 +605,11 @@ def test_the_transfer_bench_trains_jointly(tiny_checkpoint, tiny_dataset, tmp_pa
     assert runs["joint_heads"]["metrics"]["mape"] is not None
     assert not torch.equal(heads.model.head[0].weight, heads.model.extra_heads[0][0].weight)
     CostModelPredictor.load(str(out / runs["joint_heads"]["checkpoint"]))  # head 0 predicts
+    tuned = checkpoint.load(str(out / runs["finetuned_joint_heads"]["checkpoint"]))
+    assert tuned.model.architecture == heads.model.architecture
+    assert tuned.meta["joint"] == joint.meta["joint"] and "init_from" not in heads.meta
+    assert tuned.meta["init_from"]["sha256"] == hashlib.sha256(
+        open(tiny_checkpoint, "rb").read()).hexdigest()
     bad = subprocess.run(args[:-4] + ["--joint-share", "2"] + args[-4:], capture_output=True,
                          text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
     assert_clean_error(bad, "--joint-share must be in (0, 1], not 2.0", prog="transfer")
