@@ -22,7 +22,10 @@ run keeps its checkpoint of best validation Kendall tau; it is scored on the hel
 `costmodel evaluate`'s metrics (`training.evaluate.score`: Kendall tau, top-1 score, MAPE, and
 the others, averaged over workloads). An epoch of a small share is a few steps, so
 --max-epochs trains it less than all records; --steps N trains every run N optimiser steps
-instead, validated --max-epochs times. With --warp-features every mode's model also reads
+instead, validated --max-epochs times. With --ensemble K each run is K models trained on the
+same share (training seeds S, S + 1000, ...: only the initial weights and the batches
+differ), scored as one ensemble (mean predicted log-latency, as `costmodel evaluate
+--ensemble`) and each member alone. With --warp-features every mode's model also reads
 each access's warp features (the GPU recipe; a source without them starts the fine-tuned
 model with zero weights on them). --init-from itself, untrained on the dataset, is scored
 too ("source": its zero-shot ranking; its MAPE says little when its target differs).
@@ -88,9 +91,13 @@ def trainer_settings(args, work: str) -> dict:
             "enable_progress_bar": False}
 
 
+ENSEMBLE_SEED_STEP = 1000  # member m of an ensemble trains with seed S + m * this
+
+
 def run_config(args, architecture: dict, mode: str, share: float, seed: int,
-               work: str) -> dict:
-    """The settings `train fit` reads after the base config (--config) for one run."""
+               work: str, train_seed: int | None = None) -> dict:
+    """The settings `train fit` reads after the base config (--config) for one run: `seed`
+    draws the share, `train_seed` (default: `seed`) seeds the training."""
     model = {"architecture": architecture["name"], "hidden": architecture["hidden"],
              "num_layers": architecture["num_layers"], "dropout": architecture["dropout"],
              "use_program_features": bool(architecture["num_program_features"]),
@@ -115,8 +122,8 @@ def run_config(args, architecture: dict, mode: str, share: float, seed: int,
         data.update(joint_dataset=args.joint_dataset, joint_share=args.joint_share)
     if mode.endswith("joint_heads"):
         model["joint_head"] = True
-    return {"seed_everything": seed, "trainer": trainer_settings(args, work), "model": model,
-            "data": data}
+    return {"seed_everything": seed if train_seed is None else train_seed,
+            "trainer": trainer_settings(args, work), "model": model, "data": data}
 
 
 def settings(args) -> dict:
@@ -136,20 +143,25 @@ def settings(args) -> dict:
         wanted["steps"] = args.steps
     if args.freeze:
         wanted["freeze"] = args.freeze
+    if args.ensemble > 1:
+        wanted["ensemble"] = args.ensemble
     if set(JOINT_MODES) & set(args.modes):
         wanted.update(joint_dataset=portable(args.joint_dataset), joint_share=args.joint_share)
     return wanted
 
 
-def train(args, architecture: dict, mode: str, share: float, seed: int, work: str) -> str:
-    """Run `train fit` for one (mode, share, seed) in `work`; its best checkpoint."""
+def train(args, architecture: dict, mode: str, share: float, seed: int, work: str,
+          train_seed: int | None = None) -> str:
+    """Run `train fit` for one (mode, share, seed) in `work` (the training seeded by
+    `train_seed`, default `seed`); its best checkpoint."""
     from datagen.errors import UserError
 
     shutil.rmtree(work, ignore_errors=True)  # a run that did not finish starts over
     os.makedirs(work)
     config = os.path.join(work, "run-config.json")
     with open(config, "w") as f:
-        json.dump(run_config(args, architecture, mode, share, seed, work), f, indent=1)
+        json.dump(run_config(args, architecture, mode, share, seed, work, train_seed), f,
+                  indent=1)
     proc = subprocess.run([sys.executable, "-m", "training.cli", "fit", "--config", args.config,
                            "--config", config], capture_output=True, text=True)
     with open(os.path.join(work, "train.log"), "w") as f:
@@ -227,11 +239,12 @@ class HeldOut:
             raise UserError("runs hold out different workloads: the split is not the same")
         return self.frame[self.frame.workload_key.isin(self.keys)].reset_index(drop=True)
 
-    def score(self, checkpoint: str, keys: list[str], count_ranked: bool = False) -> dict:
-        """The overall metrics of `checkpoint` on the test records `keys`; with
-        `count_ranked`, also `ranked_workloads`: on how many of the workloads its predictions
-        differ at all (Kendall tau skips the others: a model that scores most programs alike
-        has its tau from the few it ranks)."""
+    def score(self, checkpoint: str | list[str], keys: list[str],
+              count_ranked: bool = False) -> dict:
+        """The overall metrics of `checkpoint` (several: as one ensemble) on the test records
+        `keys`; with `count_ranked`, also `ranked_workloads`: on how many of the workloads its
+        predictions differ at all (Kendall tau skips the others: a model that scores most
+        programs alike has its tau from the few it ranks)."""
         from costmodel.predictor import CostModelPredictor
         from training.evaluate import score
 
@@ -241,8 +254,8 @@ class HeldOut:
         pred = predictor.predict_records(records)
         metrics = score(predictor, records, pred)["overall"]
         if count_ranked:
-            spread = pd.Series(pred).groupby(records.workload_key.to_numpy()).agg(np.ptp)
-            metrics["ranked_workloads"] = int((spread > 0).sum())
+            ranges = pd.Series(pred).groupby(records.workload_key.to_numpy()).agg(np.ptp)
+            metrics["ranked_workloads"] = int((ranges > 0).sum())
         return metrics
 
 
@@ -288,12 +301,23 @@ def read_reference(path: str, dataset: str, test_records: int) -> dict:
     return {"report": portable(path), "runs": model.get("runs"), "metrics": metrics}
 
 
-def summarize(runs: list[dict], shares: list[float]) -> dict:
-    """Per mode and share: each metric's mean and standard deviation over the seeds where it is
-    defined (`n` of them; None if none: MAPE of a relative model, or Kendall tau of a model
-    that predicts every held-out program alike)."""
+def spread(scores: list[dict]) -> dict:
+    """Each metric's mean and standard deviation over the `scores` where it is defined (`n` of
+    them; None if none: MAPE of a relative model, or Kendall tau of a model that predicts
+    every held-out program alike)."""
     import math
 
+    out = {}
+    for metric in scores[0]:
+        vals = [s[metric] for s in scores if s[metric] is not None and math.isfinite(s[metric])]
+        out[metric] = ({"mean": float(np.mean(vals)), "std": float(np.std(vals)),
+                        "n": len(vals)} if vals else None)
+    return out
+
+
+def summarize(runs: list[dict], shares: list[float]) -> dict:
+    """Per mode and share: each metric's mean and standard deviation over the seeds
+    (`spread`), and with --ensemble over all members alone (`members`)."""
     curves = {}
     for mode in MODES:
         for share in shares:
@@ -302,11 +326,9 @@ def summarize(runs: list[dict], shares: list[float]) -> dict:
                 continue
             row = {"seeds": [r["seed"] for r in mine],
                    "train_records": float(np.mean([r["train_records"] for r in mine]))}
-            for metric in mine[0]["metrics"]:
-                vals = [r["metrics"][metric] for r in mine if r["metrics"][metric] is not None
-                        and math.isfinite(r["metrics"][metric])]
-                row[metric] = ({"mean": float(np.mean(vals)), "std": float(np.std(vals)),
-                                "n": len(vals)} if vals else None)
+            row.update(spread([r["metrics"] for r in mine]))
+            if all("members" in r for r in mine):  # --ensemble: its members one by one
+                row["members"] = spread([m for r in mine for m in r["members"]])
             curves.setdefault(mode, {})[f"{share:g}"] = row
     return curves
 
@@ -382,6 +404,13 @@ def format_table(summary: dict) -> str:
         records = next(r["train_records"] for r in rows if r)
         lines.append(f"{share:>6} {records:>8.0f} | " + " | ".join(
             cell(row, m) for row in rows for m in METRICS))
+    for mode in modes:
+        for share, row in summary["curves"][mode].items():
+            if row.get("members"):
+                lines.append(f"{mode} share {share}, the {summary['ensemble']} members of "
+                             "each seed's ensemble alone: " + ", ".join(
+                                 f"{names[m]} {cell(row['members'], m).strip()}"
+                                 for m in METRICS))
     src = summary["source"]["metrics"]
     lines.append("source (no training): " + ", ".join(
         f"{names[m]} {src[m]:.3f}" if src.get(m) is not None and math.isfinite(src[m])
@@ -398,6 +427,37 @@ def format_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def run(args, architecture: dict, mode: str, share: float, seed: int, work: str,
+        side: HeldOut, wanted: dict) -> dict:
+    """Train and score one (mode, share, seed): one model, or with --ensemble K, K members in
+    `work`/memberM trained on the same share, scored together and each alone."""
+    from costmodel import checkpoint
+
+    print(f"training {mode}, share {share:g}, seed {seed} ...", flush=True)
+    if args.ensemble == 1:
+        ckpts = [train(args, architecture, mode, share, seed, work)]
+    else:
+        shutil.rmtree(work, ignore_errors=True)  # members of an unfinished run start over
+        ckpts = []
+        for m in range(args.ensemble):
+            print(f"  member {m + 1} of {args.ensemble}", flush=True)
+            ckpts.append(train(args, architecture, mode, share, seed,
+                               os.path.join(work, f"member{m}"),
+                               train_seed=seed + m * ENSEMBLE_SEED_STEP))
+    meta = checkpoint.read(ckpts[0])[checkpoint.META_KEY]
+    test = meta["sides"]["test"]
+    result = {"mode": mode, "share": share, "seed": seed, "settings": wanted,
+              "checkpoint": os.path.relpath(ckpts[0], args.out),
+              "train_records": meta["train_share"]["records"],
+              "train_records_of": meta["train_share"]["of"],
+              "joint_records": meta.get("joint", {}).get("records"),
+              "test_workloads": test, "metrics": side.score(ckpts, test)}
+    if args.ensemble > 1:
+        result["checkpoints"] = [os.path.relpath(c, args.out) for c in ckpts]
+        result["members"] = [side.score(c, test) for c in ckpts]
+    return result
+
+
 def bench(args) -> int:
     from costmodel import checkpoint
     from costmodel.predictor import torch_device
@@ -406,6 +466,8 @@ def bench(args) -> int:
 
     for share in args.shares:
         check_share(share)
+    if args.ensemble < 1:
+        raise UserError(f"--ensemble must be a positive number of models, not {args.ensemble}")
     if args.steps is not None and args.steps < 1:
         raise UserError(f"--steps must be a positive number of optimiser steps, not {args.steps}")
     check_share(args.joint_share, "--joint-share")
@@ -430,16 +492,7 @@ def bench(args) -> int:
                 work = os.path.join(args.out, "runs", mode, f"share{share:g}-seed{seed}")
                 result = read_result(os.path.join(work, "result.json"), wanted)
                 if result is None:
-                    print(f"training {mode}, share {share:g}, seed {seed} ...", flush=True)
-                    ckpt = train(args, architecture, mode, share, seed, work)
-                    meta = checkpoint.read(ckpt)[checkpoint.META_KEY]
-                    result = {"mode": mode, "share": share, "seed": seed, "settings": wanted,
-                              "checkpoint": os.path.relpath(ckpt, args.out),
-                              "train_records": meta["train_share"]["records"],
-                              "train_records_of": meta["train_share"]["of"],
-                              "joint_records": meta.get("joint", {}).get("records"),
-                              "test_workloads": meta["sides"]["test"],
-                              "metrics": side.score(ckpt, meta["sides"]["test"])}
+                    result = run(args, architecture, mode, share, seed, work, side, wanted)
                     write_json(os.path.join(work, "result.json"), result)
                 else:
                     print(f"read back {mode}, share {share:g}, seed {seed}", flush=True)
@@ -451,7 +504,8 @@ def bench(args) -> int:
                "source_target": source.meta["target"], "split": args.split,
                "test_workloads": len(side.keys),
                "test_records": len(side.records(side.keys)), "shares": args.shares,
-               "seeds": args.seeds, "max_epochs": args.max_epochs, "steps": args.steps,
+               "seeds": args.seeds, "ensemble": args.ensemble, "max_epochs": args.max_epochs,
+               "steps": args.steps,
                "modes": args.modes,
                "normalize_per_workload": args.normalize_per_workload,
                **({"joint_dataset": args.joint_dataset, "joint_share": args.joint_share}
@@ -492,6 +546,9 @@ def main(argv: list[str] | None = None) -> int:
                              "(an epoch of a small share is a few steps: 30 epochs of 5%% "
                              "are a twelfth of the steps of 30 on all records), validating "
                              "--max-epochs times")
+    parser.add_argument("--ensemble", type=int, default=1, metavar="K",
+                        help="each run: K models on the same share (training seeds S, "
+                             "S + 1000, ...), scored as one ensemble and each alone")
     parser.add_argument("--finetune-lr", type=float,
                         help="learning rate of the fine-tuned runs (default: the config's)")
     parser.add_argument("--freeze", nargs="+", metavar="PART",

@@ -21,8 +21,12 @@ from conftest import CLI_TIMEOUT_SEC, assert_clean_error, run_cli, train_tiny
 from costmodel import checkpoint, featurize
 from costmodel.model import create_model
 from costmodel.normalization import EPS, Normalization
+from costmodel.predictor import CostModelPredictor
 from datagen.errors import UserError
-from training.data import JOINT_PREFIX, MIN_PER_WORKLOAD, ScheduleDataModule, share_of_records
+from datagen.records import read_records
+from training.data import (JOINT_PREFIX, MIN_PER_WORKLOAD, RECORD_COLUMNS, ScheduleDataModule,
+                           share_of_records, usable)
+from training.evaluate import score
 from training.module import CostModelModule
 
 GPU_TARGET = json.dumps({"kind": "cuda", "arch": "sm_90a"})
@@ -438,6 +442,53 @@ def test_the_transfer_bench_writes_its_curve_and_resumes(tiny_checkpoint, tiny_d
     changed = subprocess.run(args[:-4] + ["--max-epochs", "2"] + args[-4:], capture_output=True,
                              text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
     assert_clean_error(changed, "was made with other settings (max_epochs)", prog="transfer")
+
+
+@pytest.mark.slow
+def test_an_ensemble_run_trains_its_members_on_one_share_and_scores_them_together(
+        tiny_checkpoint, tiny_dataset, tmp_path):
+    """--ensemble 2: each run trains two models on the same share (the share's seed kept, the
+    training seeded apart), scores their mean prediction as the run's and each alone; a run
+    of another --ensemble is not read back as one, and 0 is refused."""
+    out = tmp_path / "transfer"
+    args = [sys.executable, BENCH, "--dataset", tiny_dataset, "--init-from", tiny_checkpoint,
+            "--split", "family", "--test-families", "softmax", "--val-fraction", "0.5",
+            "--shares", "0.5", "--seeds", "3", "--modes", "scratch", "--max-epochs", "1",
+            "--out", str(out), "--cache-dir", str(tmp_path / "cache")]
+    proc = subprocess.run(args + ["--ensemble", "2"], capture_output=True, text=True,
+                          timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["ensemble"] == 2
+    (run,) = summary["runs"]
+    assert run["settings"]["ensemble"] == 2 and len(run["members"]) == 2
+    ckpts = [str(out / c) for c in run["checkpoints"]]
+    configs = [json.loads(open(os.path.join(os.path.dirname(os.path.dirname(c)),
+                                            "run-config.json")).read()) for c in ckpts]
+    assert [c["seed_everything"] for c in configs] == [3, 1003]  # trained apart ...
+    assert {c["data"]["share_seed"] for c in configs} == {3}  # ... on the same share
+    metas = [checkpoint.read(c)["costmodel"] for c in ckpts]
+    assert metas[0]["train_share"] == metas[1]["train_share"]
+    weights = [checkpoint.load(c).model.state_dict() for c in ckpts]
+    assert any(not torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    # the run's metrics are the two as one ensemble, the members' each alone
+    frame, _ = usable(read_records(tiny_dataset, RECORD_COLUMNS))
+    held_out = frame[frame.workload_key.isin(run["test_workloads"])].reset_index(drop=True)
+    for paths, metrics in ((ckpts, run["metrics"]), ([ckpts[0]], run["members"][0]),
+                           ([ckpts[1]], run["members"][1])):
+        predictor = CostModelPredictor.load(paths, cache_dir=str(tmp_path / "cache"))
+        expected = score(predictor, held_out, predictor.predict_records(held_out))["overall"]
+        assert metrics == pytest.approx(expected, nan_ok=True)
+    row = summary["curves"]["scratch"]["0.5"]
+    assert row["members"]["top1_score"]["n"] == 2 and row["top1_score"]["n"] == 1
+    assert "the 2 members of each seed's ensemble alone: tau" in proc.stdout
+    alone = subprocess.run(args, capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC,
+                           cwd=tmp_path)
+    assert_clean_error(alone, "was made with other settings (ensemble)", prog="transfer")
+    zero = subprocess.run(args + ["--ensemble", "0"], capture_output=True, text=True,
+                          timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    assert_clean_error(zero, "--ensemble must be a positive number of models, not 0",
+                       prog="transfer")
 
 
 @pytest.mark.slow
