@@ -80,6 +80,27 @@ class MeasureResult:
         return run_latency(self.latencies) if self.status == OK else None
 
 
+TRACKER_CONNECT_SEC = 5.0  # how long a tracker that refuses connections is tried again
+
+
+def _listening(host: str, port: int, within: float) -> bool:
+    """Whether something accepts TCP connections at host:port, trying again for `within`
+    seconds while it refuses (say, a tracker still starting)."""
+    import socket
+
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=within):
+                return True
+        except ConnectionRefusedError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.25)
+        except OSError:  # no such host, no route, timed out
+            return False
+
+
 @dataclasses.dataclass(frozen=True)
 class Tracker:
     """Where an RPC tracker listens and which device key to request from it."""
@@ -98,15 +119,20 @@ class Tracker:
         return cls(host, int(port), key)
 
     def check(self) -> None:
-        """Fail with a clear message unless the tracker answers and serves `key`."""
+        """Fail with a clear message unless the tracker answers and serves `key`: within
+        TRACKER_CONNECT_SEC where nothing listens (TVM's own client retries a refused
+        connection for a minute)."""
         from tvm import rpc
 
+        unreachable = UserError(f"RPC tracker at {self.host}:{self.port} is unreachable; start "
+                                "it with 'python -m tvm.exec.rpc_tracker' or fix --tracker")
+        if not _listening(self.host, self.port, TRACKER_CONNECT_SEC):
+            raise unreachable
         try:
             session = rpc.connect_tracker(self.host, self.port)
             summary = session.summary()
         except Exception:  # noqa: BLE001
-            raise UserError(f"RPC tracker at {self.host}:{self.port} is unreachable; start it "
-                            "with 'python -m tvm.exec.rpc_tracker' or fix --tracker") from None
+            raise unreachable from None
         keys = {k.split(":")[0] for k in summary.get("queue_info", {})}
         if self.key not in keys:
             raise UserError(f"RPC tracker at {self.host}:{self.port} has no server with key "
