@@ -359,7 +359,8 @@ def plot(summary: dict, path: str) -> None:
             keep = [i for i, c in enumerate(cells) if c is not None]
             ax.errorbar([records[shares[i]] for i in keep], [cells[i]["mean"] for i in keep],
                         yerr=[cells[i]["std"] for i in keep], marker="o", capsize=3,
-                        label=mode)
+                        label=mode + (f", ensembles of {summary['ensemble']}"
+                                      if summary.get("ensemble", 1) > 1 else ""))
         source = summary["source"]["metrics"].get(metric)
         if source is not None and math.isfinite(source):
             label = "source, no training"
