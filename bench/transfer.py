@@ -25,7 +25,10 @@ the others, averaged over workloads). An epoch of a small share is a few steps, 
 instead, validated --max-epochs times. With --ensemble K each run is K models trained on the
 same share (training seeds S, S + 1000, ...: only the initial weights and the batches
 differ), scored as one ensemble (mean predicted log-latency, as `costmodel evaluate
---ensemble`) and each member alone. With --warp-features every mode's model also reads
+--ensemble`) and each member alone. With --together, each share and seed's models of every
+mode (all members) are also scored as one ensemble (say the fine-tuned models beside those
+from scratch: both learned from the same share only); it reads the runs' checkpoints and
+trains nothing more. With --warp-features every mode's model also reads
 each access's warp features (the GPU recipe; a source without them starts the fine-tuned
 model with zero weights on them). --init-from itself, untrained on the dataset, is scored
 too ("source": its zero-shot ranking; its MAPE says little when its target differs).
@@ -68,6 +71,7 @@ JOINT_MODES = ("joint", "joint_heads", "finetuned_joint_heads")
 FINETUNED_MODES = ("finetuned", "finetuned_joint_heads")
 METRICS = ("kendall_tau", "top1_score", "mape")  # printed and summarised first
 PLOTTED = {"kendall_tau": "Kendall tau", "top1_score": "top-1 score"}
+TOGETHER = "together"  # --together's curve: every mode's models of a share and seed as one
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs",
                       "graphsage.yaml")
 
@@ -333,6 +337,52 @@ def summarize(runs: list[dict], shares: list[float]) -> dict:
     return curves
 
 
+def together(args, runs: list[dict], side: HeldOut) -> dict:
+    """--together: per share and seed, the checkpoints of every mode's run scored as one
+    ensemble; the runs (`runs`) and per share their spread over seeds (`curves`)."""
+    from datagen.errors import UserError
+
+    rows = []
+    for share in args.shares:
+        for seed in args.seeds:
+            mine = [r for r in runs if r["share"] == share and r["seed"] == seed]
+            ckpts = [os.path.join(args.out, c) for r in mine
+                     for c in r.get("checkpoints", [r["checkpoint"]])]
+            gone = [c for c in ckpts if not os.path.exists(c)]
+            if gone:
+                raise UserError(f"--together scores the runs' checkpoints, and {gone[0]} is "
+                                "gone: run without --together, or delete that run to redo it")
+            print(f"scoring share {share:g}, seed {seed}: {len(ckpts)} models of "
+                  f"{', '.join(r['mode'] for r in mine)} together", flush=True)
+            rows.append({"share": share, "seed": seed, "models": len(ckpts),
+                         "train_records": mine[0]["train_records"],
+                         "metrics": side.score(ckpts, mine[0]["test_workloads"])})
+    curves = {}
+    for share in args.shares:
+        mine = [r for r in rows if r["share"] == share]
+        curves[f"{share:g}"] = {"seeds": [r["seed"] for r in mine], "models": mine[0]["models"],
+                                "train_records": float(np.mean([r["train_records"]
+                                                                for r in mine])),
+                                **spread([r["metrics"] for r in mine])}
+    return {"modes": args.modes, "curves": curves, "runs": rows}
+
+
+def curve_label(summary: dict, mode: str) -> str:
+    """A curve's name in the plot: the mode, or every mode's models together."""
+    if mode == TOGETHER:
+        return " + ".join(summary["modes"]) + ", all models as one ensemble"
+    return mode + (f", ensembles of {summary['ensemble']}" if summary.get("ensemble", 1) > 1
+                   else "")
+
+
+def plotted_curves(summary: dict) -> dict:
+    """Each mode's curve (per share), and with --together the one of all modes' models."""
+    curves = dict(summary["curves"])
+    if summary.get("together"):
+        curves[TOGETHER] = summary["together"]["curves"]
+    return curves
+
+
 def plot(summary: dict, path: str) -> None:
     """Kendall tau and top-1 against the training records each share left (log x): both
     curves, the source as a line. Shares that leave the same records (a share keeps at least
@@ -344,8 +394,9 @@ def plot(summary: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    curves = plotted_curves(summary)
     records = {}  # share -> training records it left
-    for rows in summary["curves"].values():
+    for rows in curves.values():
         for share, row in rows.items():
             records.setdefault(share, row["train_records"])
     ticks = {}  # training records -> the shares that left them
@@ -353,14 +404,13 @@ def plot(summary: dict, path: str) -> None:
         ticks.setdefault(records[share], []).append(float(share))
     fig, axes = plt.subplots(1, len(PLOTTED), figsize=(10, 4.6))
     for ax, (metric, title) in zip(axes, PLOTTED.items()):
-        for mode, rows in summary["curves"].items():
+        for mode, rows in curves.items():
             shares = sorted(rows, key=float)
             cells = [rows[s][metric] for s in shares]
             keep = [i for i, c in enumerate(cells) if c is not None]
             ax.errorbar([records[shares[i]] for i in keep], [cells[i]["mean"] for i in keep],
                         yerr=[cells[i]["std"] for i in keep], marker="o", capsize=3,
-                        label=mode + (f", ensembles of {summary['ensemble']}"
-                                      if summary.get("ensemble", 1) > 1 else ""))
+                        label=curve_label(summary, mode))
         source = summary["source"]["metrics"].get(metric)
         if source is not None and math.isfinite(source):
             label = "source, no training"
@@ -378,9 +428,14 @@ def plot(summary: dict, path: str) -> None:
                                     for n, shares in ticks.items()])
         ax.minorticks_off()
         ax.grid(alpha=0.3)
-    handles, labels = axes[0].get_legend_handles_labels()  # one legend, below, clear of points
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    legend = {}  # one legend, below, clear of points: every curve and line of either panel
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
+    handles, labels = list(legend.values()), list(legend)
+    columns = min(len(labels), 3)
+    fig.legend(handles, labels, loc="lower center", ncol=columns, frameon=False)
+    fig.tight_layout(rect=(0, 0.03 + 0.05 * math.ceil(len(labels) / columns), 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
@@ -405,6 +460,10 @@ def format_table(summary: dict) -> str:
         records = next(r["train_records"] for r in rows if r)
         lines.append(f"{share:>6} {records:>8.0f} | " + " | ".join(
             cell(row, m) for row in rows for m in METRICS))
+    for share, row in (summary.get("together") or {}).get("curves", {}).items():
+        lines.append(f"share {share}, the {row['models']} models of "
+                     f"{' and '.join(summary['modes'])} of each seed as one ensemble: " + ", ".join(
+                         f"{names[m]} {cell(row, m).strip()}" for m in METRICS))
     for mode in modes:
         for share, row in summary["curves"][mode].items():
             if row.get("members"):
@@ -469,6 +528,9 @@ def bench(args) -> int:
         check_share(share)
     if args.ensemble < 1:
         raise UserError(f"--ensemble must be a positive number of models, not {args.ensemble}")
+    if args.together and len(args.modes) < 2:
+        raise UserError("--together scores the models of several modes as one: give two or "
+                        "more --modes")
     if args.steps is not None and args.steps < 1:
         raise UserError(f"--steps must be a positive number of optimiser steps, not {args.steps}")
     check_share(args.joint_share, "--joint-share")
@@ -513,7 +575,8 @@ def bench(args) -> int:
                   if set(JOINT_MODES) & set(args.modes) else {}),
                "source": {"metrics": side.score(args.init_from, side.keys, count_ranked=True)},
                "reference": reference,
-               "curves": summarize(runs, args.shares), "runs": runs}
+               "curves": summarize(runs, args.shares), "runs": runs,
+               "together": together(args, runs, side) if args.together else None}
     write_json(os.path.join(args.out, "summary.json"), summary)
     plot(summary, os.path.join(args.out, "transfer.png"))
     print(f"== transfer of {args.init_from} to {args.dataset}: {summary['test_workloads']} "
@@ -550,6 +613,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ensemble", type=int, default=1, metavar="K",
                         help="each run: K models on the same share (training seeds S, "
                              "S + 1000, ...), scored as one ensemble and each alone")
+    parser.add_argument("--together", action="store_true",
+                        help="also score each share and seed's models of every mode as one "
+                             "ensemble (from the runs' checkpoints; trains nothing more)")
     parser.add_argument("--finetune-lr", type=float,
                         help="learning rate of the fine-tuned runs (default: the config's)")
     parser.add_argument("--freeze", nargs="+", metavar="PART",

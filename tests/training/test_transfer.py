@@ -439,6 +439,31 @@ def test_the_transfer_bench_writes_its_curve_and_resumes(tiny_checkpoint, tiny_d
     assert again.stdout.count("read back") == 4 and "\ntraining " not in "\n" + again.stdout
     assert stamps == {p: os.path.getmtime(p) for p in stamps}  # nothing was redone
     assert json.loads((out / "summary.json").read_text())["curves"] == summary["curves"]
+    # --together: each share's scratch and fine-tuned models as one ensemble, nothing trained
+    both = subprocess.run(args + ["--together"], capture_output=True, text=True,
+                          timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    assert both.returncode == 0, both.stderr[-3000:]
+    assert "\ntraining " not in "\n" + both.stdout
+    mixed = json.loads((out / "summary.json").read_text())["together"]
+    assert mixed["modes"] == ["scratch", "finetuned"] and set(mixed["curves"]) == {"0.5", "1"}
+    (row,) = [r for r in mixed["runs"] if r["share"] == 0.5]
+    paths = [str(out / runs[mode, 0.5]["checkpoint"]) for mode in ("scratch", "finetuned")]
+    frame, _ = usable(read_records(tiny_dataset, RECORD_COLUMNS))
+    keys = runs["scratch", 0.5]["test_workloads"]
+    assert keys == runs["finetuned", 0.5]["test_workloads"]
+    held_out = frame[frame.workload_key.isin(keys)].reset_index(drop=True)
+    predictor = CostModelPredictor.load(paths, cache_dir=str(tmp_path / "cache"))
+    expected = score(predictor, held_out, predictor.predict_records(held_out))["overall"]
+    assert row["models"] == 2 and row["metrics"] == pytest.approx(expected, nan_ok=True)
+    assert "the 2 models of scratch and finetuned of each seed as one ensemble" in both.stdout
+    alone = subprocess.run(args + ["--together", "--modes", "scratch"], capture_output=True,
+                           text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    assert_clean_error(alone, "--together scores the models of several modes as one",
+                       prog="transfer")
+    os.remove(paths[1])
+    gone = subprocess.run(args + ["--together"], capture_output=True, text=True,
+                          timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    assert_clean_error(gone, "--together scores the runs' checkpoints", prog="transfer")
     changed = subprocess.run(args[:-4] + ["--max-epochs", "2"] + args[-4:], capture_output=True,
                              text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
     assert_clean_error(changed, "was made with other settings (max_epochs)", prog="transfer")
