@@ -542,3 +542,48 @@ def test_a_sample_of_candidates_timed_while_compiling_is_timed_again(first_batch
     assert sorted(line["index"] for line in again) == sorted(
         line["index"] for line in firsts if line["status"] == "ok")
     assert not any(line["compiling"] for line in again)
+
+
+# The device is lost after the third candidate: from then on each timing fails and the
+# runtime finds no such device, as when a GPU falls off the bus (the CPU stands in for it).
+LOSE_THE_DEVICE = """
+import sys
+import tvm
+from datagen import batch_measure
+real_measure, real_device, timed = batch_measure.measure_one, tvm.device, []
+
+class Gone:
+    exist = False
+
+def measure_one(*args):
+    timed.append(1)
+    if len(timed) <= 3:
+        return real_measure(*args)
+    return {"status": "run_error", "latencies": [], "error": "device lost", "run_secs": 0.0,
+            "load_secs": None, "inputs_secs": None}
+
+def device(*args):
+    return Gone() if len(timed) > 3 else real_device(*args)
+
+batch_measure.measure_one, tvm.device = measure_one, device
+sys.exit(batch_measure.main(sys.argv[1:]))
+"""
+
+
+def test_a_device_lost_mid_batch_is_one_line_and_keeps_what_was_measured(first_batch, tmp_path):
+    _, batch = first_batch
+    mine = str(tmp_path / "b")
+    shutil.copytree(batch, mine, ignore=shutil.ignore_patterns("results.jsonl"))
+    env = {**os.environ, "TVM_USE_RUNTIME_LIB": "1", "TVM_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", LOSE_THE_DEVICE, mine, "--no-progress"],
+                          capture_output=True, text=True, env=env, timeout=CLI_TIMEOUT_SEC)
+    assert_clean_error(proc, "the cpu device disappeared after 3 candidates; they are kept in",
+                       prog="datagen.batch_measure")
+    lines = [json.loads(line) for line in open(os.path.join(mine, "results.jsonl"))]
+    assert len(lines) == 3 and not any(line["retry"] for line in lines)
+    proc = measure_runtime_only(mine)  # the device is back: the same command goes on
+    assert proc.returncode == 0 and "measured 5 of 8" in proc.stdout, proc.stdout + proc.stderr
+    firsts = [json.loads(line) for line in open(os.path.join(mine, "results.jsonl"))
+              if not json.loads(line)["retry"]]
+    assert sorted(line["index"] for line in firsts) == list(range(8))
+    assert firsts[:3] == lines

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import assert_clean_error, run_cli
+from conftest import CLI_TIMEOUT_SEC, assert_clean_error, run_cli
 from datagen.records import read_records, shard_paths
 
 pytestmark = pytest.mark.slow
@@ -235,3 +235,37 @@ def test_sigint_stops_after_the_program_being_measured_and_resume_finishes(tmp_p
     after = read_records(out)
     assert after.groupby("workload_key").size().to_dict() == {DENSE: 12, SOFTMAX: 12}
     assert after.trace_hash.is_unique and set(before.trace_hash) <= set(after.trace_hash)
+
+
+# The device is lost once the first round is committed: from then on the runner is sent to
+# this host's GPU, which is not there (no GPU in CI), as a measurer whose GPU went away would
+# be; the real runner fails, and the measurer's own check finds the device gone.
+LOSE_THE_GPU = """
+import sys
+from datagen import cli, measure, records
+real_run, out = measure.Measurer._run, sys.argv[sys.argv.index("--out") + 1]
+
+def _run(self, *args):
+    if records.shard_paths(out):
+        self.device_type = "cuda"
+    return real_run(self, *args)
+
+measure.Measurer._run = _run
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_a_gpu_lost_mid_run_is_one_line_and_keeps_the_rounds_before(tmp_path):
+    out = str(tmp_path / "ds")
+    args = [DENSE, "--out", out, "--per-workload", "12", "--batch-size", "4", "--repeat", "2",
+            "--min-repeat-ms", "2", "--no-progress"]
+    proc = subprocess.run([sys.executable, "-c", LOSE_THE_GPU, "collect", *args],
+                          capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC)
+    assert_clean_error(proc, "the cuda device disappeared while measuring; every round "
+                             "committed before is kept")
+    frame = read_records(out)
+    assert len(frame) == 4 and set(frame["round"]) == {0}  # of the round in flight, nothing
+    run_cli("collect", *args, check=True)  # the device is back: the same command goes on
+    after = read_records(out)
+    assert len(after) == 12 and after.trace_hash.is_unique
+    assert set(frame.trace_hash) < set(after.trace_hash)
