@@ -43,10 +43,11 @@ ms-xgb-pretrained is then XGBModel trained on that checkpoint's training records
         --trials 64 --tuners bo ms-xgb-pretrained ms-default --out bench/results/cuda-h100 \
         [--jobs 3]
 
-With a GPU --target, --jobs N tunes up to N tuners of a (workload, seed) at once, each in a
-process of its own: they search and build side by side while their measurements take turns on
-the GPU (each measuring process on a core of its own), so the comparison is the same and only
-its wall time shrinks; the finalists are then re-measured together, alone.
+With a GPU --target, --jobs N tunes up to N runs at once, each in a process of its own: the
+tuners of a (workload, seed), and as runs end those of the next pairs, in order. They search
+and build side by side while their measurements take turns on the GPU (each measuring process
+on a core of its own), so the comparison is the same and only its wall time shrinks; as soon as
+a pair's runs are finished, its finalists are re-measured together, holding the GPU.
 """
 
 from __future__ import annotations
@@ -235,9 +236,9 @@ def main() -> None:
                         "(graphsage-v2-networks.ckpt); network: a CNN end to end; gpu: "
                         "held-out shapes on the GPU of --target (graphsage-h100.ckpt)")
     parser.add_argument("--jobs", type=int, default=1,
-                        help="with a GPU --target: tune up to this many tuners of a (workload, "
-                        "seed) at once, each in its own process, their measurements taking turns "
-                        "on the GPU (default: one after another)")
+                        help="with a GPU --target: tune up to this many runs at once (the "
+                        "tuners of a pair, then the next pairs'), each in its own process, their "
+                        "measurements taking turns on the GPU (default: one after another)")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
 

@@ -18,11 +18,14 @@ re-measured latency ratio per pair, wins, ties (within 2%) and losses, the geome
 with a paired bootstrap 95% interval, and the trials to reach the baseline's final latency.
 `curves.png` plots the best latency against trials.
 
-On a GPU the tuners of a (workload, seed) can tune at once, each in a process of its own
-(`jobs`): they search and build side by side on the host's cores while their measurements
-take turns on the device (`datagen.measure.Measurer`'s `device_lock`), each measuring process
-on a core of its own. The tuners still see the same builder, runner, budget and protocol; only
-the wall time changes. The finalists are re-measured afterwards in this process, alone.
+On a GPU several runs can tune at once, each in a process of its own (`jobs`): the tuners of
+a (workload, seed), and as runs end those of the next pairs, in order. They search and build
+side by side on the host's cores while their measurements take turns on the device
+(`datagen.measure.Measurer`'s `device_lock`), each measuring process on the last core. The
+tuners still see the same builder, runner, budget and protocol; only the wall time changes. As
+soon as a pair's runs are all finished, its finalists are re-measured in this process, on the
+last core and holding the device: no other program runs on it meanwhile, while other runs may
+go on searching and building on the other cores.
 """
 
 from __future__ import annotations
@@ -64,9 +67,10 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
                finished_only: bool = False, jobs: int = 1) -> tuple[dict, dict]:
     """Tune, then re-measure the finalists; also writes results.json.
 
-    With `jobs` above 1, up to that many tuners of a (workload, seed) tune at once, each in
-    a process of its own with a measurer like `measurer` (see the module doc; a run that
-    fails there is tuned again here, alone).
+    With `jobs` above 1, up to that many runs tune at once, each in a process of its own with
+    a measurer like `measurer`, the pairs' runs in order, and each pair is re-measured as soon
+    as its runs are finished (see the module doc; a run that fails there is tuned again here,
+    alone).
 
     `tuner_trials` gives some tuners a smaller budget than `trials` (a tuner is re-measured
     only at the budgets it reached). Each finished (workload, seed) is kept in `pair_file` and
@@ -94,26 +98,31 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
     pair_seeds: dict = {w.key: [] for w in workloads}
     models = model_ids(inputs)
     made_with: dict[str, dict] = {}  # pair file -> the models it was made with
-    for seed in seeds:  # seed outermost: an interrupted benchmark leaves whole seeds behind
-        for w in workloads:
-            path = pair_file(out, w.key, seed)
-            pair = _read_pair(path, runs_to, budgets, rounds, None if finished_only else models)
-            if pair is None and finished_only:
-                continue
-            if finished_only:
-                made_with[path] = pair.get("models")
-            if pair is None:
-                pair = _run_pair(w, tuners, runs_to, budgets, seed, out, target, measurer,
-                                 inputs, trials_per_iter, progress, rounds, models, jobs)
-                pair["models"] = models
-                _write_json(pair_file(out, w.key, seed), pair)
-            for tuner in tuners:
-                results[w.key][tuner].append(pair["curves"][tuner])
-            for b in budgets:
-                for tuner in remeasured[w.key][b]:
-                    remeasured[w.key][b][tuner].append(pair["budgets"][str(b)][tuner])
-            measured_on[w.key].append(pair["target"])
-            pair_seeds[w.key].append(seed)
+    # seed outermost: an interrupted benchmark leaves whole seeds behind
+    order = [(seed, w) for seed in seeds for w in workloads]
+    if jobs > 1 and not finished_only:
+        waiting = [(seed, w) for seed, w in order
+                   if _read_pair(pair_file(out, w.key, seed), runs_to, budgets, rounds,
+                                 models) is None]
+        _pairs_side_by_side(waiting, tuners, runs_to, budgets, out, target, measurer, inputs,
+                            trials_per_iter, progress, rounds, models, jobs)
+    for seed, w in order:
+        path = pair_file(out, w.key, seed)
+        pair = _read_pair(path, runs_to, budgets, rounds, None if finished_only else models)
+        if pair is None and finished_only:
+            continue
+        if finished_only:
+            made_with[path] = pair.get("models")
+        if pair is None:  # one after another (a run that failed side by side: here, alone)
+            pair = _run_pair(w, tuners, runs_to, budgets, seed, out, target, measurer, inputs,
+                             trials_per_iter, progress, rounds, models)
+        for tuner in tuners:
+            results[w.key][tuner].append(pair["curves"][tuner])
+        for b in budgets:
+            for tuner in remeasured[w.key][b]:
+                remeasured[w.key][b][tuner].append(pair["budgets"][str(b)][tuner])
+        measured_on[w.key].append(pair["target"])
+        pair_seeds[w.key].append(seed)
     for key in [k for k, seeds_done in pair_seeds.items() if not seeds_done]:
         del results[key], remeasured[key], measured_on[key], pair_seeds[key]
     if made_with:
@@ -196,25 +205,87 @@ def _tune_run(mod, target, tuner, trials, wd, measurer, inputs, trials_per_iter,
 
 
 def _run_pair(w, tuners, runs_to, budgets, seed, out, target, measurer, inputs,
-              trials_per_iter, progress, rounds, models, jobs: int = 1) -> dict:
+              trials_per_iter, progress, rounds, models) -> dict:
+    """Tune the pair's unfinished runs here, one after another, then `_finish_pair`."""
     dirs = {t: run_dir(out, w.key, t, seed) for t in tuners}
     uses = {t: _models_used(t, models) for t in tuners}
     inputs = dataclasses.replace(inputs, seed=seed)
-    waiting = [t for t in tuners if _finished(dirs[t], runs_to[t], uses[t]) is None]
-    if jobs > 1 and len(waiting) > 1:
-        _tune_side_by_side(w, waiting, runs_to, dirs, uses, target, measurer, inputs,
-                           trials_per_iter, jobs, f"{w.key} s{seed}", progress)
-    curves = {}
     for tuner in tuners:
-        curve = _finished(dirs[tuner], runs_to[tuner], uses[tuner])
-        if curve is None:
+        if _finished(dirs[tuner], runs_to[tuner], uses[tuner]) is None:
             _tune_run(w.mod, target, tuner, runs_to[tuner], dirs[tuner], measurer, inputs,
                       trials_per_iter, progress, f"{w.key} {tuner} s{seed}", uses[tuner])
-            curve = _finished(dirs[tuner], 0) or []
-        curves[tuner] = curve
+    return _finish_pair(w, tuners, runs_to, budgets, seed, out, target, measurer, rounds, models)
+
+
+def _finish_pair(w, tuners, runs_to, budgets, seed, out, target, measurer, rounds,
+                 models) -> dict:
+    """A pair whose runs are finished: its curves and re-measured finalists, written to its
+    `pair_file`."""
+    dirs = {t: run_dir(out, w.key, t, seed) for t in tuners}
+    curves = {t: _finished(dirs[t], 0) or [] for t in tuners}
     pair = remeasure_finalists(w, dirs, runs_to, budgets, target, measurer, rounds)
-    pair.update(curves=curves, tuner_trials=runs_to, target=str(target))
+    pair.update(curves=curves, tuner_trials=runs_to, target=str(target), models=models)
+    _write_json(pair_file(out, w.key, seed), pair)
     return pair
+
+
+def _pairs_side_by_side(pairs, tuners, runs_to, budgets, out, target, measurer, inputs,
+                        trials_per_iter, progress, rounds, models, jobs) -> None:
+    """Tune the unfinished runs of `pairs` ((seed, workload), in order) in up to `jobs`
+    processes at once, and finish each pair (`_finish_pair`) as soon as its runs are: here, on
+    the last core, holding the device lock (see the module doc). A pair with a run that failed
+    in its process is left for `_run_pair`."""
+    import fcntl
+    import tempfile
+
+    from datagen.errors import UserError
+    from datagen.measure import Measurer
+
+    if measurer.tracker is not None:
+        raise UserError("tuners side by side take turns on this host's device; through an RPC "
+                        "tracker, tune them one after another (jobs 1)")
+    if not pairs:
+        return
+    uses = {t: _models_used(t, models) for t in tuners}
+    runs, left = [], {}  # the runs to tune; per pair, how many of its runs are still to end
+    for seed, w in pairs:
+        mine = [t for t in tuners
+                if _finished(run_dir(out, w.key, t, seed), runs_to[t], uses[t]) is None]
+        left[(seed, w.key)] = len(mine)
+        runs += [{"workload": w, "seed": seed, "tuner": t, "trials": runs_to[t],
+                  "work_dir": run_dir(out, w.key, t, seed), "uses": uses[t]} for t in mine]
+    cpus = sorted(os.sched_getaffinity(0))
+    with tempfile.TemporaryDirectory(prefix="tuning-device-lock-") as tmp:
+        lock = os.path.join(tmp, "lock")
+        remeasurer = Measurer(target, **measurer.settings,
+                              runner_cpus=cpus[-1:] if len(cpus) > 1 else None)
+
+        def finish(seed, w) -> None:
+            with open(lock, "a") as held:
+                fcntl.flock(held, fcntl.LOCK_EX)  # the others' programs wait meanwhile
+                try:
+                    _finish_pair(w, tuners, runs_to, budgets, seed, out, target, remeasurer,
+                                 rounds, models)
+                finally:
+                    fcntl.flock(held, fcntl.LOCK_UN)
+
+        def ended(run: dict, error: str | None) -> None:
+            key = (run["seed"], run["workload"].key)
+            left[key] -= 1
+            if error is not None:
+                left[key] = -len(tuners)  # never finished here
+            elif left[key] == 0:
+                finish(run["seed"], run["workload"])
+
+        try:
+            for seed, w in pairs:  # runs finished before: re-measured first
+                if left[(seed, w.key)] == 0:
+                    finish(seed, w)
+            if runs:
+                _tune_side_by_side(runs, target, measurer, inputs, trials_per_iter, jobs, lock,
+                                   progress, ended)
+        finally:
+            remeasurer.close()
 
 
 def _tune_elsewhere(job: dict) -> str | None:
@@ -251,52 +322,51 @@ def _tune_elsewhere(job: dict) -> str | None:
     return None
 
 
-def _tune_side_by_side(w, tuners, runs_to, dirs, uses, target, measurer, inputs,
-                       trials_per_iter, jobs, desc, progress=True) -> dict[str, str]:
-    """Tune `tuners`' runs of workload `w` in up to `jobs` processes at once (see the module
-    doc). Returns {tuner: error} of the runs that failed there: those are left unfinished,
-    for the caller to tune again."""
+def _tune_side_by_side(runs: list[dict], target, measurer, inputs, trials_per_iter, jobs,
+                       lock: str, progress: bool = True, ended=None) -> dict[str, str]:
+    """Tune `runs` (each: workload, seed, tuner, trials, work_dir, uses) in up to `jobs`
+    processes at once, started in their order, their programs taking turns on the device
+    through the file `lock` (see the module doc); `ended(run, error)` is called here as each
+    one ends (error None: it finished). Returns {work_dir: error} of the runs that failed
+    there: those are left unfinished, for the caller to tune again."""
     import multiprocessing
-    import tempfile
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from tqdm import tqdm
 
-    from datagen.errors import UserError
     from datagen.tvm_env import target_json
 
-    if measurer.tracker is not None:
-        raise UserError("tuners side by side take turns on this host's device; through an RPC "
-                        "tracker, tune them one after another (jobs 1)")
     predictor = inputs.predictor
+    job = {"target": target_json(target), "measurer": measurer.settings, "lock": lock,
+           "checkpoints": [m.path for m in predictor.members] if predictor else None,
+           "blend": predictor is not None and predictor.companion is not None,
+           "device": str(predictor.device) if predictor else None,
+           "trials_per_iter": trials_per_iter}
     base = dataclasses.replace(inputs, predictor=None)
-    with tempfile.TemporaryDirectory(prefix="tuning-device-lock-") as tmp:
-        job = {"target": target_json(target), "definition": w.definition(),
-               "measurer": measurer.settings, "lock": os.path.join(tmp, "lock"),
-               "checkpoints": [m.path for m in predictor.members] if predictor else None,
-               "blend": predictor is not None and predictor.companion is not None,
-               "device": str(predictor.device) if predictor else None,
-               "inputs": base, "trials_per_iter": trials_per_iter}
-        context = multiprocessing.get_context("spawn")  # no fork of a process running TVM
-        errors = {}
-        with ProcessPoolExecutor(min(jobs, len(tuners)), mp_context=context) as pool, \
-                tqdm(total=len(tuners), desc=f"{desc}, side by side", unit="run",
-                     disable=not progress) as bar:
-            futures = {pool.submit(_tune_elsewhere, {**job, "tuner": t, "trials": runs_to[t],
-                                                     "work_dir": dirs[t], "uses": uses[t]}): t
-                       for t in tuners}
-            for future in as_completed(futures):
-                tuner = futures[future]
-                try:
-                    error = future.result()
-                except Exception as err:  # noqa: BLE001  (its process died: tuned here)
-                    error = f"{type(err).__name__}: {err}"
-                if error is not None:
-                    errors[tuner] = error
-                    bar.write(f"{tuner} failed in its own process ({error}); tuning it here")
-                else:
-                    bar.set_postfix_str(f"{tuner} finished")
-                bar.update()
+    context = multiprocessing.get_context("spawn")  # no fork of a process running TVM
+    errors = {}
+    with ProcessPoolExecutor(min(jobs, len(runs)), mp_context=context) as pool, \
+            tqdm(total=len(runs), desc=f"{len(runs)} runs, up to {jobs} side by side",
+                 unit="run", disable=not progress) as bar:
+        futures = {pool.submit(_tune_elsewhere, {
+            **job, "definition": run["workload"].definition(), "tuner": run["tuner"],
+            "trials": run["trials"], "work_dir": run["work_dir"], "uses": run["uses"],
+            "inputs": dataclasses.replace(base, seed=run["seed"])}): run for run in runs}
+        for future in as_completed(futures):
+            run = futures[future]
+            name = f"{run['workload'].key} {run['tuner']} s{run['seed']}"
+            try:
+                error = future.result()
+            except Exception as err:  # noqa: BLE001  (its process died: tuned here)
+                error = f"{type(err).__name__}: {err}"
+            if error is not None:
+                errors[run["work_dir"]] = error
+                bar.write(f"{name} failed in its own process ({error}); tuning it here")
+            else:
+                bar.set_postfix_str(f"{name} finished")
+            if ended is not None:
+                ended(run, error)
+            bar.update()
     return errors
 
 

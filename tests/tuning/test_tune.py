@@ -295,43 +295,49 @@ def test_not_an_exported_model(tiny_checkpoint, tmp_path):
     assert_clean_error(proc, "is not a torch.export program", prog="tune")
 
 
-def test_tuners_side_by_side_in_their_own_processes(tiny_checkpoint, tmp_path):
-    """`jobs` 2: each tuner's run is tuned in a process of its own (bo with the checkpoint
-    loaded again there), marked done there, and read back by `run_curves`, which then only
-    re-measures the finalists."""
+def test_runs_of_several_pairs_side_by_side_in_their_own_processes(tiny_checkpoint, tmp_path):
+    """`jobs` 2: the runs of two (workload, seed) pairs tune two at a time, each in a process
+    of its own (bo with the checkpoint loaded again there) and marked done there; each pair is
+    re-measured here and written once its runs are finished. Run again, everything is read
+    back: nothing is tuned or re-measured again."""
     from datagen.measure import Measurer
     from datagen.tvm_env import make_target
     from datagen.workloads import resolve
-    from tuning.compare import (_models_used, _tune_side_by_side, model_ids, run_curves,
-                                run_dir)
+    from tuning.compare import _models_used, model_ids, pair_file, run_curves, run_dir
     from tuning.tuner import SearchInputs, load_predictor
 
     target = make_target(None)
     (w,) = resolve([WORKLOAD])
-    tuners, out = ["bo", "random"], str(tmp_path / "cmp")
+    tuners, seeds, out = ["bo", "random"], [0, 1], str(tmp_path / "cmp")
     inputs = SearchInputs(load_predictor(tiny_checkpoint))
     models = model_ids(inputs)
-    dirs = {t: run_dir(out, w.key, t, 0) for t in tuners}
     measurer = Measurer(target, protocol={"repeat": 3, "min_repeat_ms": 5})
     try:
-        errors = _tune_side_by_side(w, tuners, {t: 4 for t in tuners}, dirs,
-                                    {t: _models_used(t, models) for t in tuners}, target,
-                                    measurer, inputs, 2, 2, "test", progress=False)
-        assert errors == {}
-        for tuner in tuners:
-            with open(os.path.join(dirs[tuner], "done")) as f:
+        results, remeasured = run_curves([w], tuners, 4, seeds, out, target, measurer, inputs,
+                                         2, progress=False, rounds=2, jobs=2)
+        dirs = {(t, s): run_dir(out, w.key, t, s) for t in tuners for s in seeds}
+        for (tuner, _), wd in dirs.items():
+            with open(os.path.join(wd, "done")) as f:
                 assert json.load(f) == {"trials": 4, "models": _models_used(tuner, models)}
-            (curve,) = read_curve(dirs[tuner]).values()
+            (curve,) = read_curve(wd).values()
             assert len(curve) == 4
         assert _models_used("bo", models) == models  # bo's names the checkpoint it loaded
-        databases = {t: open(os.path.join(dirs[t], "database_tuning_record.json")).read()
-                     for t in tuners}
-        results, remeasured = run_curves([w], tuners, 4, [0], out, target, measurer, inputs, 2,
-                                         progress=False, rounds=2, jobs=2)
+        assert all(len(results[w.key][t]) == 2 and all(len(c) == 4 for c in results[w.key][t])
+                   for t in tuners)
+        assert all(len(r) == 2 for t in tuners for r in remeasured[w.key][4][t])
+        pairs = [pair_file(out, w.key, s) for s in seeds]
+        for s, path in zip(seeds, pairs):
+            with open(path) as f:
+                pair = json.load(f)
+            assert pair["curves"] == {t: results[w.key][t][s] for t in tuners}
+            assert pair["models"] == models
+        kept = {p: os.path.getmtime(p) for p in [*pairs, *(os.path.join(
+            wd, "database_tuning_record.json") for wd in dirs.values())]}
+        again = run_curves([w], tuners, 4, seeds, out, target, measurer, inputs, 2,
+                           progress=False, rounds=2, jobs=2)
     finally:
         measurer.close()
-    # nothing was tuned again: the runs are the ones the two processes made
-    assert {t: open(os.path.join(dirs[t], "database_tuning_record.json")).read()
-            for t in tuners} == databases
-    assert all(len(results[w.key][t][0]) == 4 for t in tuners)
-    assert all(len(remeasured[w.key][4][t][0]) == 2 for t in tuners)
+    assert again == (results, remeasured)
+    assert kept == {p: os.path.getmtime(p) for p in kept}  # nothing tuned or measured again
+
+
