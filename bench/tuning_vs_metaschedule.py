@@ -45,8 +45,9 @@ ms-xgb-pretrained is then XGBModel trained on that checkpoint's training records
 
 With a GPU --target, --jobs N tunes up to N runs at once, each in a process of its own: the
 tuners of a (workload, seed), and as runs end those of the next pairs, in order. They search
-and build side by side while their measurements take turns on the GPU (each measuring process
-on a core of its own), so the comparison is the same and only its wall time shrinks; as soon as
+and build side by side, each on an equal slice of the host's cores and with as many threads,
+while their measurements take turns on the GPU (on a core of their own), so the comparison is
+the same and only its wall time shrinks; as soon as
 a pair's runs are finished, its finalists are re-measured together, holding the GPU.
 """
 
@@ -237,8 +238,9 @@ def main() -> None:
                         "held-out shapes on the GPU of --target (graphsage-h100.ckpt)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="with a GPU --target: tune up to this many runs at once (the "
-                        "tuners of a pair, then the next pairs'), each in its own process, their "
-                        "measurements taking turns on the GPU (default: one after another)")
+                        "tuners of a pair, then the next pairs'), each in its own process on "
+                        "an equal slice of the cores, their measurements taking turns on the "
+                        "GPU (default: one after another)")
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
 

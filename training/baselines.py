@@ -80,14 +80,15 @@ def _contexts(frame: pd.DataFrame, target):
         yield key, context, candidates, group.index
 
 
-def new_xgb(seed: int = 0, adaptive_training: bool = True):
+def new_xgb(seed: int = 0, adaptive_training: bool = True, threads: int | None = None):
     """MetaSchedule's XGBModel without the warm-up (in tuning it answers at random until it
-    has 100 samples); `adaptive_training=False` retrains at every update."""
+    has 100 samples); `adaptive_training=False` retrains at every update; `threads`: XGBoost's
+    (None: MetaSchedule's default, the host's physical cores)."""
     from tvm.s_tir.meta_schedule.cost_model import XGBModel
     from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig
 
     return XGBModel(config=XGBConfig(seed=seed), num_warmup_samples=0, verbose_eval=0,
-                    adaptive_training=adaptive_training)
+                    adaptive_training=adaptive_training, num_tuning_cores=threads)
 
 
 def fit_xgb(frame: pd.DataFrame, target, seed: int = 0, progress: bool = False):
@@ -143,7 +144,7 @@ def save_xgb(model, path: str, fingerprint: str) -> None:
 
 
 def load_xgb(path: str, fingerprint: str | None = None, seed: int = 0,
-             adaptive_training: bool = True):
+             adaptive_training: bool = True, threads: int | None = None):
     """A trained XGBModel from `save_xgb`'s file, ready to predict and to keep learning.
 
     Returns None when the file does not exist or was trained on something else than
@@ -162,7 +163,7 @@ def load_xgb(path: str, fingerprint: str | None = None, seed: int = 0,
         sizes = np.cumsum(z["group_size"])[:-1]
         booster = xgb.Booster()
         booster.load_model(bytearray(z["booster"].tobytes()))
-        model = new_xgb(seed, adaptive_training)
+        model = new_xgb(seed, adaptive_training, threads)
         for group_hash, feats, cost in zip(z["group_hash"], np.split(np.arange(len(rows)), sizes),
                                            np.split(costs, sizes)):
             model.data[str(group_hash)] = FeatureGroup(str(group_hash),

@@ -21,7 +21,10 @@ with a paired bootstrap 95% interval, and the trials to reach the baseline's fin
 On a GPU several runs can tune at once, each in a process of its own (`jobs`): the tuners of
 a (workload, seed), and as runs end those of the next pairs, in order. They search and build
 side by side on the host's cores while their measurements take turns on the device
-(`datagen.measure.Measurer`'s `device_lock`), each measuring process on the last core. The
+(`datagen.measure.Measurer`'s `device_lock`), each measuring process on the last core. Each
+process searches and builds on a slice of the other cores of its own, the same number for every
+run (`core_slices`), and uses that many threads (MetaSchedule's search, the builder, XGBoost,
+torch): unpinned, the processes each start a thread per core and crowd each other out. The
 tuners still see the same builder, runner, budget and protocol; only the wall time changes. As
 soon as a pair's runs are all finished, its finalists are re-measured in this process, on the
 last core and holding the device: no other program runs on it meanwhile, while other runs may
@@ -201,7 +204,7 @@ def _tune_run(mod, target, tuner, trials, wd, measurer, inputs, trials_per_iter,
     tune_workload(mod, target, tuner, trials, wd, measurer, inputs, trials_per_iter,
                   progress=progress, desc=desc)
     _write_json(os.path.join(wd, "done"), {"trials": len(_finished(wd, 0) or []),
-                                           "models": uses})
+                                           "models": uses, "threads": inputs.threads})
 
 
 def _run_pair(w, tuners, runs_to, budgets, seed, out, target, measurer, inputs,
@@ -288,11 +291,38 @@ def _pairs_side_by_side(pairs, tuners, runs_to, budgets, out, target, measurer, 
             remeasurer.close()
 
 
+def core_slices(cpus: list[int], jobs: int) -> tuple[list[list[int]], list[int] | None]:
+    """`jobs` equal slices of the cores `cpus` but the last, which measures (None: all of
+    them, where there is only one core): (slices, measuring cores). Cores left over stay idle,
+    so that every run searches with as many; with more jobs than cores the slices share."""
+    cpus = sorted(cpus)
+    if len(cpus) == 1:
+        return [cpus] * jobs, None
+    usable, measuring = cpus[:-1], cpus[-1:]
+    per = max(1, len(usable) // jobs)
+    return [[usable[(i * per + k) % len(usable)] for k in range(per)] for i in range(jobs)], \
+        measuring
+
+
+_CORES: list[int] | None = None  # in a worker of `_tune_side_by_side`: its slice of cores
+
+
+def _take_cores(slices) -> None:
+    """Initializer of a `_tune_side_by_side` worker: pin this process to the next slice of
+    `slices` (a queue) and make every thread pool started here as large as the slice."""
+    global _CORES
+    _CORES = slices.get()
+    os.sched_setaffinity(0, _CORES)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(len(_CORES))  # before torch or XGBoost is imported here
+
+
 def _tune_elsewhere(job: dict) -> str | None:
-    """In a process of its own: one tuner's run as `_tune_run` does it, with a measurer like
-    the caller's whose programs take turns on the device with the other processes'. The
-    measuring process runs on the last usable core, everything else on the others. Returns
-    None, or the error in one line."""
+    """In a process of its own, on its slice of cores (`_take_cores`): one tuner's run as
+    `_tune_run` does it, searching with as many threads as the slice has cores, with a
+    measurer like the caller's whose programs take turns on the device with the other
+    processes', measured on `job["runner_cpus"]`. Returns None, or the error in one line."""
+    import torch
     import tvm
 
     from costmodel.predictor import CostModelPredictor
@@ -300,17 +330,16 @@ def _tune_elsewhere(job: dict) -> str | None:
     from datagen.tvm_env import make_target
 
     try:
-        cpus = sorted(os.sched_getaffinity(0))
-        if len(cpus) > 1:
-            os.sched_setaffinity(0, cpus[:-1])
+        threads = len(_CORES)
+        torch.set_num_threads(threads)
         target = make_target(json.loads(job["target"]))
         predictor = None
         if job["checkpoints"]:
             predictor = CostModelPredictor.load(job["checkpoints"], device=job["device"],
                                                 blend=job["blend"])
-        inputs = dataclasses.replace(job["inputs"], predictor=predictor)
+        inputs = dataclasses.replace(job["inputs"], predictor=predictor, threads=threads)
         measurer = Measurer(target, **job["measurer"], device_lock=job["lock"],
-                            runner_cpus=cpus[-1:] if len(cpus) > 1 else None)
+                            runner_cpus=job["runner_cpus"])
         try:
             _tune_run(tvm.ir.load_json(job["definition"]), target, job["tuner"], job["trials"],
                       job["work_dir"], measurer, inputs, job["trials_per_iter"], False, "",
@@ -344,8 +373,13 @@ def _tune_side_by_side(runs: list[dict], target, measurer, inputs, trials_per_it
            "trials_per_iter": trials_per_iter}
     base = dataclasses.replace(inputs, predictor=None)
     context = multiprocessing.get_context("spawn")  # no fork of a process running TVM
+    slices, job["runner_cpus"] = core_slices(os.sched_getaffinity(0), jobs)
+    queue = context.Queue()
+    for cores in slices[:len(runs)]:
+        queue.put(cores)
     errors = {}
-    with ProcessPoolExecutor(min(jobs, len(runs)), mp_context=context) as pool, \
+    with ProcessPoolExecutor(min(jobs, len(runs)), mp_context=context,
+                             initializer=_take_cores, initargs=(queue,)) as pool, \
             tqdm(total=len(runs), desc=f"{len(runs)} runs, up to {jobs} side by side",
                  unit="run", disable=not progress) as bar:
         futures = {pool.submit(_tune_elsewhere, {

@@ -79,6 +79,8 @@ class SearchInputs:
     acquisition: str = "ei"
     adapt_steps: int | None = None
     pretrained_xgb: str | None = None  # a `tuning.pretrained_xgb` file
+    threads: int | None = None  # threads of the search and its models (None: MetaSchedule's
+    # default, the host's physical cores)
 
 
 def _tuner(name: str, description: str, needs_checkpoint: bool = False,
@@ -114,7 +116,7 @@ def _ms_xgb_pretrained(inputs: SearchInputs):
     # MetaSchedule retrains once its data grew by a fifth: with thousands of pretraining
     # records that would be never within a tuning budget, so it retrains every round
     return "evolutionary", load_xgb(inputs.pretrained_xgb, seed=inputs.seed,
-                                    adaptive_training=False)
+                                    adaptive_training=False, threads=inputs.threads)
 
 
 @_tuner("ms-ours", "EvolutionarySearch + our model as its cost model (LearnedCostModel)",
@@ -216,7 +218,8 @@ def tune_workload(mod, target, tuner: str, trials: int, work_dir: str, measurer,
     with _tuning(target, tuner, trials, work_dir, inputs, progress, desc) as search:
         return ms.tune_tir(mod, target, work_dir, max_trials_global=trials,
                            num_trials_per_iter=min(trials_per_iter, trials),
-                           builder=measurer.builder, runner=measurer.runner, **search)
+                           builder=measurer.builder, runner=measurer.runner,
+                           num_tuning_cores=inputs.threads or "physical", **search)
 
 
 def tune_network(mod, params, target, tuner: str, trials: int, work_dir: str, measurer,
@@ -229,7 +232,7 @@ def tune_network(mod, params, target, tuner: str, trials: int, work_dir: str, me
         return ms.relax_integration.tune_relax(
             mod, params, target, work_dir, max_trials_global=trials,
             num_trials_per_iter=trials_per_iter, builder=measurer.builder,
-            runner=measurer.runner, **search)
+            runner=measurer.runner, num_tuning_cores=inputs.threads or "physical", **search)
 
 
 def apply_database(database, mod, target):

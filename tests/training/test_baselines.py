@@ -42,6 +42,9 @@ def test_saved_xgb_loads_without_pickle_and_predicts_the_same(tiny_dataset, tmp_
                                predict_xgb(model, frame, target))
     assert load_xgb(path, "fitted on something else") is None
     assert load_xgb(str(tmp_path / "missing.npz")) is None
+    one = load_xgb(path, "fitted on tiny", threads=1)  # a tuner on a slice of the cores
+    assert one.config.nthread == 1
+    np.testing.assert_allclose(predict_xgb(one, frame, target), predict_xgb(model, frame, target))
 
 
 def test_lightgbm_fits_and_ranks_its_training_data(tiny_dataset):

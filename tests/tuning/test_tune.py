@@ -295,20 +295,33 @@ def test_not_an_exported_model(tiny_checkpoint, tmp_path):
     assert_clean_error(proc, "is not a torch.export program", prog="tune")
 
 
+def test_side_by_side_runs_get_equal_slices_of_the_cores_but_the_measuring_one():
+    from tuning.compare import core_slices
+
+    assert core_slices(range(16), 3) == ([[0, 1, 2, 3, 4], [5, 6, 7, 8, 9],
+                                          [10, 11, 12, 13, 14]], [15])
+    slices, measuring = core_slices(range(16), 6)  # 15 // 6: two each, three left idle
+    assert slices == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10, 11]] and measuring == [15]
+    assert core_slices([3, 1], 2) == ([[1], [1]], [3])  # more runs than cores: they share
+    assert core_slices([0], 2) == ([[0], [0]], None)
+
+
 def test_runs_of_several_pairs_side_by_side_in_their_own_processes(tiny_checkpoint, tmp_path):
     """`jobs` 2: the runs of two (workload, seed) pairs tune two at a time, each in a process
-    of its own (bo with the checkpoint loaded again there) and marked done there; each pair is
-    re-measured here and written once its runs are finished. Run again, everything is read
-    back: nothing is tuned or re-measured again."""
+    of its own (bo with the checkpoint loaded again there) on its slice of cores, with as many
+    threads, and marked done there; each pair is re-measured here and written once its runs
+    are finished. Run again, everything is read back: nothing is tuned or re-measured again."""
     from datagen.measure import Measurer
     from datagen.tvm_env import make_target
     from datagen.workloads import resolve
-    from tuning.compare import _models_used, model_ids, pair_file, run_curves, run_dir
+    from tuning.compare import (_models_used, core_slices, model_ids, pair_file, run_curves,
+                                run_dir)
     from tuning.tuner import SearchInputs, load_predictor
 
     target = make_target(None)
     (w,) = resolve([WORKLOAD])
     tuners, seeds, out = ["bo", "random"], [0, 1], str(tmp_path / "cmp")
+    threads = len(core_slices(os.sched_getaffinity(0), 2)[0][0])
     inputs = SearchInputs(load_predictor(tiny_checkpoint))
     models = model_ids(inputs)
     measurer = Measurer(target, protocol={"repeat": 3, "min_repeat_ms": 5})
@@ -318,7 +331,8 @@ def test_runs_of_several_pairs_side_by_side_in_their_own_processes(tiny_checkpoi
         dirs = {(t, s): run_dir(out, w.key, t, s) for t in tuners for s in seeds}
         for (tuner, _), wd in dirs.items():
             with open(os.path.join(wd, "done")) as f:
-                assert json.load(f) == {"trials": 4, "models": _models_used(tuner, models)}
+                assert json.load(f) == {"trials": 4, "models": _models_used(tuner, models),
+                                        "threads": threads}
             (curve,) = read_curve(wd).values()
             assert len(curve) == 4
         assert _models_used("bo", models) == models  # bo's names the checkpoint it loaded
