@@ -79,8 +79,8 @@ class SearchInputs:
     acquisition: str = "ei"
     adapt_steps: int | None = None
     pretrained_xgb: str | None = None  # a `tuning.pretrained_xgb` file
-    threads: int | None = None  # threads of the search and its models (None: MetaSchedule's
-    # default, the host's physical cores)
+    threads: int | None = None  # threads of a workload's search and its models (None:
+    # MetaSchedule's default, the host's physical cores; a network's search always uses it)
 
 
 def _tuner(name: str, description: str, needs_checkpoint: bool = False,
@@ -232,7 +232,7 @@ def tune_network(mod, params, target, tuner: str, trials: int, work_dir: str, me
         return ms.relax_integration.tune_relax(
             mod, params, target, work_dir, max_trials_global=trials,
             num_trials_per_iter=trials_per_iter, builder=measurer.builder,
-            runner=measurer.runner, num_tuning_cores=inputs.threads or "physical", **search)
+            runner=measurer.runner, **search)
 
 
 def apply_database(database, mod, target):
