@@ -80,7 +80,7 @@ class SearchInputs:
     adapt_steps: int | None = None
     pretrained_xgb: str | None = None  # a `tuning.pretrained_xgb` file
     threads: int | None = None  # threads of a workload's search and its models (None:
-    # MetaSchedule's default, the host's physical cores; a network's search always uses it)
+    # MetaSchedule's default, the host's physical cores, which a network's search always uses)
 
 
 def _tuner(name: str, description: str, needs_checkpoint: bool = False,
