@@ -13,7 +13,12 @@ trained on), one model learning both targets at once (MTL-TLP's recipe,
 "joint_heads", the same with a head of its own for the other dataset's records on the shared
 layers (`--model.joint_head`, MTL-TLP's multi-task heads); "finetuned_joint_heads", the
 same from the weights of --init-from, the other dataset's head starting as a copy of its head
-(fine-tuning beside the source's own records, so that it does not forget them). With
+(fine-tuning beside the source's own records, so that it does not forget them);
+"self_trained", from random weights on the share plus every other training-side record
+labelled by a teacher (`--data.pseudo_labels`): the share and seed's models of the other modes
+given, as one ensemble, predict the latencies of the programs the share left unmeasured
+(self-training, or distillation onto unlabelled programs: those programs are drawn and lowered
+but never run on the target; the teacher learnt from the share only). With
 --normalize-per-workload every mode's labels are standardised within each workload (MAPE is
 then undefined). The share is a seeded draw within each workload that keeps at least
 2 records of each (`--data.train_share`, `--data.share_seed` = the seed); the split (seeded by
@@ -65,7 +70,8 @@ import sys
 import numpy as np
 import pandas as pd
 
-MODES = ("scratch", "finetuned", "joint", "joint_heads", "finetuned_joint_heads")
+MODES = ("scratch", "finetuned", "joint", "joint_heads", "finetuned_joint_heads", "self_trained")
+SELF_TRAINED = "self_trained"  # the student of the other modes' models: trained last
 # the modes that train beside --joint-dataset, and those that start from --init-from's weights
 JOINT_MODES = ("joint", "joint_heads", "finetuned_joint_heads")
 FINETUNED_MODES = ("finetuned", "finetuned_joint_heads")
@@ -99,9 +105,10 @@ ENSEMBLE_SEED_STEP = 1000  # member m of an ensemble trains with seed S + m * th
 
 
 def run_config(args, architecture: dict, mode: str, share: float, seed: int,
-               work: str, train_seed: int | None = None) -> dict:
+               work: str, train_seed: int | None = None, teacher: str | None = None) -> dict:
     """The settings `train fit` reads after the base config (--config) for one run: `seed`
-    draws the share, `train_seed` (default: `seed`) seeds the training."""
+    draws the share, `train_seed` (default: `seed`) seeds the training; `teacher`: the
+    self-trained mode's pseudo-labels."""
     model = {"architecture": architecture["name"], "hidden": architecture["hidden"],
              "num_layers": architecture["num_layers"], "dropout": architecture["dropout"],
              "use_program_features": bool(architecture["num_program_features"]),
@@ -126,6 +133,8 @@ def run_config(args, architecture: dict, mode: str, share: float, seed: int,
         data.update(joint_dataset=args.joint_dataset, joint_share=args.joint_share)
     if mode.endswith("joint_heads"):
         model["joint_head"] = True
+    if mode == SELF_TRAINED:
+        data["pseudo_labels"] = teacher
     return {"seed_everything": seed if train_seed is None else train_seed,
             "trainer": trainer_settings(args, work), "model": model, "data": data}
 
@@ -155,17 +164,17 @@ def settings(args) -> dict:
 
 
 def train(args, architecture: dict, mode: str, share: float, seed: int, work: str,
-          train_seed: int | None = None) -> str:
+          train_seed: int | None = None, teacher: str | None = None) -> str:
     """Run `train fit` for one (mode, share, seed) in `work` (the training seeded by
-    `train_seed`, default `seed`); its best checkpoint."""
+    `train_seed`, default `seed`; `teacher`: see `run_config`); its best checkpoint."""
     from datagen.errors import UserError
 
     shutil.rmtree(work, ignore_errors=True)  # a run that did not finish starts over
     os.makedirs(work)
     config = os.path.join(work, "run-config.json")
     with open(config, "w") as f:
-        json.dump(run_config(args, architecture, mode, share, seed, work, train_seed), f,
-                  indent=1)
+        json.dump(run_config(args, architecture, mode, share, seed, work, train_seed, teacher),
+                  f, indent=1)
     proc = subprocess.run([sys.executable, "-m", "training.cli", "fit", "--config", args.config,
                            "--config", config], capture_output=True, text=True)
     with open(os.path.join(work, "train.log"), "w") as f:
@@ -346,8 +355,7 @@ def together(args, runs: list[dict], side: HeldOut) -> dict:
     for share in args.shares:
         for seed in args.seeds:
             mine = [r for r in runs if r["share"] == share and r["seed"] == seed]
-            ckpts = [os.path.join(args.out, c) for r in mine
-                     for c in r.get("checkpoints", [r["checkpoint"]])]
+            ckpts = [c for r in mine for c in run_checkpoints(args, r)]
             gone = [c for c in ckpts if not os.path.exists(c)]
             if gone:
                 raise UserError(f"--together scores the runs' checkpoints, and {gone[0]} is "
@@ -487,15 +495,48 @@ def format_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def run_checkpoints(args, result: dict) -> list[str]:
+    """The checkpoints of a finished run (all members of an ensemble)."""
+    return [os.path.join(args.out, c) for c in result.get("checkpoints", [result["checkpoint"]])]
+
+
+def teach(args, teachers: list[dict], train_keys: list[str], side: HeldOut, path: str) -> int:
+    """Write to `path` (Parquet, `training.data.PSEUDO_COLUMNS`) the latencies that the
+    `teachers` runs' models, as one ensemble, predict for every record of the training
+    workloads `train_keys` that featurises (the student takes those outside its share); how
+    many."""
+    from costmodel import featurize
+    from costmodel.predictor import CostModelPredictor
+
+    ckpts = [c for r in teachers for c in run_checkpoints(args, r)]
+    predictor = CostModelPredictor.load(ckpts, cache_dir=side.cache_dir, device=side.device)
+    frame = side.frame[side.frame.workload_key.isin(train_keys)]
+    frame = frame.drop_duplicates(["workload_key", "trace_hash"]).reset_index(drop=True)
+    graphs = list(predictor.featurizer.iter_records(
+        zip(frame.workload_ir, frame.trace, frame.trace_hash)))
+    ok = np.array([not isinstance(g, featurize.FeaturizeError) for g in graphs], bool)
+    frame = frame[ok].reset_index(drop=True)
+    latency = predictor.predict_graphs([g for g, good in zip(graphs, ok) if good],
+                                       frame.workload_key.to_numpy())
+    table = pd.DataFrame({"workload_key": frame.workload_key.astype(str),
+                          "trace_hash": frame.trace_hash.astype(str), "latency": latency})
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    table.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+    return len(table)
+
+
 def run(args, architecture: dict, mode: str, share: float, seed: int, work: str,
-        side: HeldOut, wanted: dict) -> dict:
+        side: HeldOut, wanted: dict, teacher: str | None = None) -> dict:
     """Train and score one (mode, share, seed): one model, or with --ensemble K, K members in
-    `work`/memberM trained on the same share, scored together and each alone."""
+    `work`/memberM trained on the same share, scored together and each alone; `teacher`: the
+    self-trained mode's pseudo-labels."""
     from costmodel import checkpoint
 
     print(f"training {mode}, share {share:g}, seed {seed} ...", flush=True)
     if args.ensemble == 1:
-        ckpts = [train(args, architecture, mode, share, seed, work)]
+        ckpts = [train(args, architecture, mode, share, seed, work, teacher=teacher)]
     else:
         shutil.rmtree(work, ignore_errors=True)  # members of an unfinished run start over
         ckpts = []
@@ -503,7 +544,7 @@ def run(args, architecture: dict, mode: str, share: float, seed: int, work: str,
             print(f"  member {m + 1} of {args.ensemble}", flush=True)
             ckpts.append(train(args, architecture, mode, share, seed,
                                os.path.join(work, f"member{m}"),
-                               train_seed=seed + m * ENSEMBLE_SEED_STEP))
+                               train_seed=seed + m * ENSEMBLE_SEED_STEP, teacher=teacher))
     meta = checkpoint.read(ckpts[0])[checkpoint.META_KEY]
     test = meta["sides"]["test"]
     result = {"mode": mode, "share": share, "seed": seed, "settings": wanted,
@@ -511,6 +552,7 @@ def run(args, architecture: dict, mode: str, share: float, seed: int, work: str,
               "train_records": meta["train_share"]["records"],
               "train_records_of": meta["train_share"]["of"],
               "joint_records": meta.get("joint", {}).get("records"),
+              "pseudo_records": meta["train_share"].get("pseudo", {}).get("records"),
               "test_workloads": test, "metrics": side.score(ckpts, test)}
     if args.ensemble > 1:
         result["checkpoints"] = [os.path.relpath(c, args.out) for c in ckpts]
@@ -534,6 +576,13 @@ def bench(args) -> int:
     if args.steps is not None and args.steps < 1:
         raise UserError(f"--steps must be a positive number of optimiser steps, not {args.steps}")
     check_share(args.joint_share, "--joint-share")
+    if SELF_TRAINED in args.modes:
+        if len(args.modes) < 2:
+            raise UserError(f"{SELF_TRAINED} learns from the models of the other --modes: give "
+                            "one or more besides it")
+        if 1.0 in args.shares:
+            raise UserError(f"{SELF_TRAINED} labels the records a share leaves out: give "
+                            "--shares below 1 with it")
     if args.accelerator == "gpu":
         torch_device("cuda")  # no CUDA: one line before any training
     source = checkpoint.load(args.init_from)
@@ -548,14 +597,24 @@ def bench(args) -> int:
         args.reference, args.dataset, len(side.records(expected["test"])))
     wanted = settings(args)
     os.makedirs(args.out, exist_ok=True)
+    teachers = [m for m in args.modes if m != SELF_TRAINED]
     runs = []
     for share in args.shares:
         for seed in args.seeds:
-            for mode in args.modes:
+            for mode in teachers + [m for m in args.modes if m == SELF_TRAINED]:
                 work = os.path.join(args.out, "runs", mode, f"share{share:g}-seed{seed}")
-                result = read_result(os.path.join(work, "result.json"), wanted)
+                mine = wanted if mode != SELF_TRAINED else {**wanted, "teacher": teachers}
+                result = read_result(os.path.join(work, "result.json"), mine)
                 if result is None:
-                    result = run(args, architecture, mode, share, seed, work, side, wanted)
+                    teacher = None
+                    if mode == SELF_TRAINED:  # its labels, from this share and seed's models
+                        teacher = f"{work}.teacher.parquet"
+                        n = teach(args, [r for r in runs if (r["share"], r["seed"])
+                                         == (share, seed)], expected["train"], side, teacher)
+                        print(f"  {n} training records labelled by the {', '.join(teachers)} "
+                              "models", flush=True)
+                    result = run(args, architecture, mode, share, seed, work, side, mine,
+                                 teacher)
                     write_json(os.path.join(work, "result.json"), result)
                 else:
                     print(f"read back {mode}, share {share:g}, seed {seed}", flush=True)

@@ -16,7 +16,10 @@ validation and test keep all of theirs. With `joint_dataset`, the records of a s
 (usually another target's: CPU measurements beside a few GPU ones) train beside the training
 side, one model learning both (MTL-TLP's recipe); they never validate or test, and their
 targets are standardised with statistics of their own (`joint_normalization`), so two targets'
-latencies never share a scale; the input statistics are fitted over both.
+latencies never share a scale; the input statistics are fitted over both. With
+`pseudo_labels` beside a `train_share`, the training side's other records train too, each with
+a teacher's predicted latency instead of its measurement (self-training: their programs are
+used, their runtimes are not).
 """
 
 from __future__ import annotations
@@ -178,12 +181,47 @@ def check_share(share: float, name: str = "train_share") -> None:
 
 
 def share_of_records(frame: pd.DataFrame, share: float, seed: int) -> pd.DataFrame:
+    """A seeded random `share` of `frame`'s records, drawn within each workload
+    (`share_rows`). Rows keep their order.
+
+    Raises:
+        UserError: `share` outside (0, 1].
+    """
+    return frame.iloc[share_rows(frame, share, seed)].reset_index(drop=True)
+
+
+PSEUDO_COLUMNS = ("workload_key", "trace_hash", "latency")
+
+
+def read_pseudo_labels(path: str) -> pd.DataFrame:
+    """A table of predicted latencies (`PSEUDO_COLUMNS`, one row per workload and trace),
+    read as data only.
+
+    Raises:
+        UserError: unreadable, columns missing, a (workload, trace) twice, or a latency that
+            is not finite and positive.
+    """
+    try:
+        table = pd.read_parquet(path, columns=list(PSEUDO_COLUMNS))
+    except Exception as e:  # missing file, not Parquet, a column missing
+        raise UserError(f"pseudo_labels {path} is no table of {', '.join(PSEUDO_COLUMNS)} "
+                        f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+                        ) from None
+    latency = pd.to_numeric(table.latency, errors="coerce").to_numpy(float)
+    if not np.all(np.isfinite(latency) & (latency > 0)):
+        raise UserError(f"pseudo_labels {path} has latencies that are not finite and positive")
+    if table.duplicated(["workload_key", "trace_hash"]).any():
+        raise UserError(f"pseudo_labels {path} labels a workload's trace twice")
+    return table.assign(latency=latency).astype({"workload_key": str, "trace_hash": str})
+
+
+def share_rows(frame: pd.DataFrame, share: float, seed: int) -> np.ndarray:
     """A seeded random `share` of `frame`'s records, drawn within each workload.
 
     A workload of n records keeps round(share * n) of them, but at least MIN_PER_WORKLOAD
     (all n if it has fewer), so every workload still has pairs to rank. Each workload's records
     are shuffled once per seed and the share takes the first ones, so for one seed a smaller
-    share is a subset of a larger one. Rows keep their order.
+    share is a subset of a larger one. The positions of its rows in `frame`, ascending.
 
     Raises:
         UserError: `share` outside (0, 1].
@@ -196,8 +234,7 @@ def share_of_records(frame: pd.DataFrame, share: float, seed: int) -> pd.DataFra
         rows = rng.permutation(np.flatnonzero(keys == key))
         n = max(MIN_PER_WORKLOAD, int(np.floor(share * len(rows) + 0.5)))
         keep.append(rows[:n])
-    rows = np.sort(np.concatenate(keep)) if keep else np.zeros(0, int)
-    return frame.iloc[rows].reset_index(drop=True)
+    return np.sort(np.concatenate(keep)) if keep else np.zeros(0, int)
 
 
 class WorkloadBatchSampler(torch.utils.data.Sampler):
@@ -295,6 +332,13 @@ class ScheduleDataModule(L.LightningDataModule):
             target statistics, and records what trained beside it (`joint`).
         joint_share: train on this share of `joint_dataset`'s records (`share_of_records`,
             seeded by `seed`), to bound training time.
+        pseudo_labels: with `train_share` below 1, a Parquet table of a teacher's predicted
+            latencies (columns `workload_key`, `trace_hash`, `latency` in seconds; say models
+            trained on the same share): the training side's records outside the share train
+            with these in place of their measurements (`read_pseudo_labels`; records it has
+            no row for are left out). Validation, test and the share keep their
+            measurements, and the checkpoint records how many trained so (`train_share`'s
+            `pseudo`). For few-shot transfer: unmeasured programs of the target are cheap.
     """
 
     def __init__(self, dataset: str = "data/llvm-full", split: str = "shapes",
@@ -306,13 +350,17 @@ class ScheduleDataModule(L.LightningDataModule):
                  share_seed: int | None = None, max_cv: float | None = None,
                  store_features: bool = False, trace_features: bool = False,
                  warp_features: bool = False,
-                 joint_dataset: str | None = None, joint_share: float = 1.0):
+                 joint_dataset: str | None = None, joint_share: float = 1.0,
+                 pseudo_labels: str | None = None):
         super().__init__()
         if per_flop and normalize_per_workload:
             raise UserError("per_flop and normalize_per_workload exclude each other: "
                             "standardising within a workload already removes its scale")
         check_share(train_share)
         check_share(joint_share, "joint_share")
+        if pseudo_labels and train_share >= 1:
+            raise UserError("pseudo_labels label the training records outside train_share: "
+                            "set train_share below 1, or leave pseudo_labels out")
         if max_cv is not None and not max_cv > 0:
             raise UserError(f"max_cv must be above 0 (a coefficient of variation), not {max_cv}")
         self.save_hyperparameters()
@@ -354,9 +402,15 @@ class ScheduleDataModule(L.LightningDataModule):
                             "records": len(self.frames["train"]),
                             "of": len(self.frames["train"])}
         if hp.train_share < 1:
-            self.frames["train"] = share_of_records(self.frames["train"], hp.train_share,
-                                                    self.share_seed)
-            self.train_share["records"] = len(self.frames["train"])
+            train = self.frames["train"]
+            rows = share_rows(train, hp.train_share, self.share_seed)
+            self.frames["train"] = train.iloc[rows].reset_index(drop=True)
+            self.train_share["records"] = len(rows)
+            if hp.pseudo_labels:
+                rest = train.drop(index=train.index[rows]).reset_index(drop=True)
+                rest = self._pseudo_labelled(rest)
+                self.frames["train"] = pd.concat([self.frames["train"], rest],
+                                                 ignore_index=True)
         if hp.joint_dataset:
             joint = self._joint_records()
             self.frames["train"] = pd.concat([self.frames["train"], joint], ignore_index=True)
@@ -391,6 +445,21 @@ class ScheduleDataModule(L.LightningDataModule):
         frame = frame.assign(graph=graphs)
         self.dropped += int(frame.graph.isna().sum())
         return frame[frame.graph.notna()].reset_index(drop=True)
+
+    def _pseudo_labelled(self, rest: pd.DataFrame) -> pd.DataFrame:
+        """The training records outside the share (`rest`) that `pseudo_labels` has a latency
+        for, each with that latency as its label."""
+        hp = self.hparams
+        labels = read_pseudo_labels(hp.pseudo_labels)
+        rest = rest.drop(columns=["latency_median", "latency_cv", "latencies"]).merge(
+            labels.rename(columns={"latency": "latency_median"}), how="inner",
+            on=["workload_key", "trace_hash"])
+        if rest.empty:
+            raise UserError(f"pseudo_labels {hp.pseudo_labels} labels none of the training "
+                            f"records outside the share of {hp.dataset}; give the teacher's "
+                            "predictions for this split's training side")
+        self.train_share["pseudo"] = {"labels": hp.pseudo_labels, "records": len(rest)}
+        return rest.assign(latency_cv=np.nan, latencies=None)
 
     def _joint_records(self) -> pd.DataFrame:
         """The featurised share of `joint_dataset`'s records that trains beside the training

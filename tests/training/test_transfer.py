@@ -689,3 +689,118 @@ def test_the_transfer_bench_trains_jointly(tiny_checkpoint, tiny_dataset, tmp_pa
     bad = subprocess.run(args[:-4] + ["--joint-share", "2"] + args[-4:], capture_output=True,
                          text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
     assert_clean_error(bad, "--joint-share must be in (0, 1], not 2.0", prog="transfer")
+
+
+# -- self-training: a teacher's predicted latencies for the records a share leaves out -------
+
+
+def teacher_table(frame: pd.DataFrame, scale: float = 2.0) -> pd.DataFrame:
+    """Each record's measured latency times `scale`: labels a test can tell from the
+    measurements."""
+    return pd.DataFrame({"workload_key": frame.workload_key, "trace_hash": frame.trace_hash,
+                         "latency": frame.latency_median.astype(float) * scale})
+
+
+@pytest.mark.slow
+def test_pseudo_labels_train_the_records_outside_the_share_only(tiny_dataset, tmp_path):
+    """With `pseudo_labels`, the share keeps its measurements, the training side's other
+    records train with the teacher's latencies (a record it has no row for stays out),
+    validation and test are untouched, and the checkpoint's `train_share` says how many."""
+    kwargs = dict(dataset=tiny_dataset, split="family", test_families=["softmax"],
+                  val_fraction=0.5, cache_dir=str(tmp_path / "cache"), train_share=0.5)
+    alone = ScheduleDataModule(**kwargs)
+    alone.setup()
+    whole = train_frame(tiny_dataset, alone.sides)
+    table = teacher_table(whole).iloc[1:]  # the teacher skipped one record
+    path = str(tmp_path / "teacher.parquet")
+    table.to_parquet(path)
+    data = ScheduleDataModule(pseudo_labels=path, **kwargs)
+    data.setup()
+    share = alone.frames["train"]
+    train = data.frames["train"]
+    assert list(train.trace_hash[:len(share)]) == list(share.trace_hash)
+    np.testing.assert_array_equal(train.latency_median[:len(share)], share.latency_median)
+    rest = train.iloc[len(share):]
+    measured = dict(zip(zip(whole.workload_key, whole.trace_hash), whole.latency_median))
+    shared = set(zip(share.workload_key, share.trace_hash))
+    keys = list(zip(rest.workload_key, rest.trace_hash))
+    assert keys and not set(keys) & shared
+    skipped = (whole.workload_key.iloc[0], whole.trace_hash.iloc[0])
+    expected = set(measured) - shared - {skipped}
+    assert set(keys) == expected  # every other training record, but the one without a label
+    np.testing.assert_allclose(rest.latency_median, [2 * measured[k] for k in keys])
+    for side in ("val", "test"):
+        assert list(data.frames[side].trace_hash) == list(alone.frames[side].trace_hash)
+    assert data.train_share == {**alone.train_share,
+                                "pseudo": {"labels": path, "records": len(rest)}}
+    assert data.sides == alone.sides
+
+
+@pytest.mark.parametrize("table, message", [
+    (pd.DataFrame({"workload_key": ["a"], "latency": [1e-3]}), "is no table of workload_key"),
+    (pd.DataFrame({"workload_key": ["a"], "trace_hash": ["t"], "latency": [-1.0]}),
+     "latencies that are not finite and positive"),
+    (pd.DataFrame({"workload_key": ["a", "a"], "trace_hash": ["t", "t"],
+                   "latency": [1e-3, 2e-3]}), "labels a workload's trace twice"),
+])
+def test_a_bad_teacher_table_is_one_clear_error(tmp_path, table, message):
+    from training.data import read_pseudo_labels
+
+    path = str(tmp_path / "teacher.parquet")
+    table.to_parquet(path)
+    with pytest.raises(UserError, match=message):
+        read_pseudo_labels(path)
+    (tmp_path / "code.parquet").write_bytes(b"cos\nsystem\n(S'echo hi'\ntR.")  # not Parquet
+    with pytest.raises(UserError, match="is no table of workload_key, trace_hash, latency"):
+        read_pseudo_labels(str(tmp_path / "code.parquet"))
+    with pytest.raises(UserError, match="set train_share below 1"):
+        ScheduleDataModule(pseudo_labels=path)
+
+
+@pytest.mark.slow
+def test_the_transfer_bench_self_trains_on_the_other_modes_models(tiny_checkpoint,
+                                                                  tiny_dataset, tmp_path):
+    """--modes self_trained scratch: the scratch model (the teacher, trained first whatever the
+    order) labels the training records; the student trains from random weights on the share
+    and on the others with those labels; its result says so and is read back."""
+    out = tmp_path / "transfer"
+    args = [sys.executable, BENCH, "--dataset", tiny_dataset, "--init-from", tiny_checkpoint,
+            "--split", "family", "--test-families", "softmax", "--val-fraction", "0.5",
+            "--shares", "0.5", "--seeds", "0", "--max-epochs", "1", "--out", str(out),
+            "--cache-dir", str(tmp_path / "cache")]
+    proc = subprocess.run(args + ["--modes", "self_trained", "scratch"], capture_output=True,
+                          text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.index("training scratch") < proc.stdout.index("training self_trained")
+    summary = json.loads((out / "summary.json").read_text())
+    runs = {r["mode"]: r for r in summary["runs"]}
+    student, teacher = runs["self_trained"], runs["scratch"]
+    assert student["settings"] == {**teacher["settings"], "teacher": ["scratch"]}
+    assert student["train_records"] == teacher["train_records"]
+    labels = pd.read_parquet(out / "runs" / "self_trained" / "share0.5-seed0.teacher.parquet")
+    meta = checkpoint.load(str(out / student["checkpoint"])).meta
+    assert "init_from" not in meta
+    assert 0 < student["pseudo_records"] == meta["train_share"]["pseudo"]["records"] \
+        == student["train_records_of"] - student["train_records"]
+    # the labels are the teacher's predictions of the training workloads' records
+    frame, _ = usable(read_records(tiny_dataset, RECORD_COLUMNS))
+    train = frame[frame.workload_key.isin(meta["sides"]["train"])].reset_index(drop=True)
+    assert len(labels) == len(train) and set(labels.trace_hash) == set(train.trace_hash)
+    predictor = CostModelPredictor.load(str(out / teacher["checkpoint"]),
+                                        cache_dir=str(tmp_path / "cache"))
+    rows = train.set_index(["workload_key", "trace_hash"]).loc[
+        list(zip(labels.workload_key, labels.trace_hash))].reset_index()
+    np.testing.assert_allclose(labels.latency, predictor.predict_records(rows), rtol=1e-5)
+    assert "self_trained tau" in proc.stdout
+    again = subprocess.run(args + ["--modes", "scratch", "self_trained"], capture_output=True,
+                           text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("read back") == 2
+    alone = subprocess.run(args + ["--modes", "self_trained"], capture_output=True, text=True,
+                           timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    assert_clean_error(alone, "self_trained learns from the models of the other --modes",
+                       prog="transfer")
+    whole = subprocess.run(args + ["--shares", "1.0", "--modes", "scratch", "self_trained"],
+                           capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    assert_clean_error(whole, "self_trained labels the records a share leaves out",
+                       prog="transfer")
