@@ -441,7 +441,7 @@ def plot(summary: dict, path: str) -> None:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             legend.setdefault(label, handle)
     handles, labels = list(legend.values()), list(legend)
-    columns = min(len(labels), 3)
+    columns = min(len(labels), 3 if max(map(len, labels)) < 45 else 2)  # long ones: 2 fit
     fig.legend(handles, labels, loc="lower center", ncol=columns, frameon=False)
     fig.tight_layout(rect=(0, 0.03 + 0.05 * math.ceil(len(labels) / columns), 1, 1))
     fig.savefig(path, dpi=120)
