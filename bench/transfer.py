@@ -36,7 +36,12 @@ from scratch: both learned from the same share only); it reads the runs' checkpo
 trains nothing more. With --warp-features every mode's model also reads
 each access's warp features (the GPU recipe; a source without them starts the fine-tuned
 model with zero weights on them). --init-from itself, untrained on the dataset, is scored
-too ("source": its zero-shot ranking; its MAPE says little when its target differs).
+too ("source": its zero-shot ranking; its MAPE says little when its target differs), as it
+is (its featuriser lowers the programs for its own target) and as fine-tuning starts from
+it ("fine_tuning_start": the programs featurised for the dataset's target, and a feature
+constant in its own training data, a GPU thread binding for a CPU model, standardised with
+the statistics of the training workloads' programs instead of divided by zero; no latency
+is read).
 
 Writes summary.json (every run, and per mode and share the mean and standard deviation over
 seeds) and transfer.png (Kendall tau and top-1 against the share, log x, both curves, the
@@ -259,10 +264,50 @@ class HeldOut:
         predictions differ at all (Kendall tau skips the others: a model that scores most
         programs alike has its tau from the few it ranks)."""
         from costmodel.predictor import CostModelPredictor
-        from training.evaluate import score
 
         predictor = CostModelPredictor.load(checkpoint, cache_dir=self.cache_dir,
                                             device=self.device)
+        return self.metrics(predictor, keys, count_ranked)
+
+    def score_as_fine_tuning_starts(self, source: str, train_keys: list[str],
+                                    keys: list[str]) -> dict:
+        """`score` of `source` untrained on this dataset, as fine-tuning starts from it: the
+        programs featurised for this dataset's target (not lowered for the source's), their
+        inputs standardised as fine-tuning standardises them (`Normalization.with_inputs_of`):
+        a feature that was constant in the source's training data (thread bindings, shared
+        memory in CPU programs) takes the statistics of the programs of the training
+        workloads `train_keys` here (their features only: no latency is read). With its own
+        statistics such a feature is divided by EPS and every prediction clips to the same
+        value; this says whether the source ranks the target's programs before any
+        training."""
+        import dataclasses
+
+        from costmodel import featurize
+        from costmodel.normalization import Normalization
+        from costmodel.predictor import CostModelPredictor
+
+        predictor = CostModelPredictor.load(source, cache_dir=self.cache_dir,
+                                            device=self.device, blend=False)
+        theirs = predictor.featurizer
+        predictor.featurizer = featurize.Featurizer(
+            json.loads(self.frame.target.iloc[0]), cache_dir=self.cache_dir,
+            stores=theirs.stores, traces=theirs.traces, warps=theirs.warps)
+        member = predictor.members[0]
+        theirs = member.normalization
+        frame = self.frame[self.frame.workload_key.isin(train_keys)]
+        graphs = [g for g in predictor.featurizer.iter_records(
+            zip(frame.workload_ir, frame.trace, frame.trace_hash))
+            if not isinstance(g, featurize.FeaturizeError)]
+        ours = Normalization.fit(graphs, np.ones(len(graphs)), per_flop=theirs.per_flop)
+        member.normalization = dataclasses.replace(  # the source's targets: it is not trained
+            ours.with_inputs_of(theirs), y_mean=theirs.y_mean, y_std=theirs.y_std,
+            per_workload=theirs.per_workload)
+        return self.metrics(predictor, keys, count_ranked=True)
+
+    def metrics(self, predictor, keys: list[str], count_ranked: bool = False) -> dict:
+        """`score`'s metrics of a loaded `CostModelPredictor`."""
+        from training.evaluate import score
+
         records = self.records(keys)
         pred = predictor.predict_records(records)
         metrics = score(predictor, records, pred)["overall"]
@@ -375,6 +420,11 @@ def together(args, runs: list[dict], side: HeldOut) -> dict:
     return {"modes": args.modes, "curves": curves, "runs": rows}
 
 
+# the source, untrained on the dataset, as lines: (label, key in summary["source"], style)
+SOURCE_LINES = [("source, untrained", "metrics", ":"),
+                ("source, untrained, as fine-tuning starts", "fine_tuning_start", "-.")]
+
+
 def curve_label(summary: dict, mode: str) -> str:
     """A curve's name in the plot: the mode, or every mode's models together."""
     if mode == TOGETHER:
@@ -419,13 +469,13 @@ def plot(summary: dict, path: str) -> None:
             ax.errorbar([records[shares[i]] for i in keep], [cells[i]["mean"] for i in keep],
                         yerr=[cells[i]["std"] for i in keep], marker="o", capsize=3,
                         label=curve_label(summary, mode))
-        source = summary["source"]["metrics"].get(metric)
-        if source is not None and math.isfinite(source):
-            label = "source, no training"
-            ranked = summary["source"]["metrics"].get("ranked_workloads")
-            if metric == "kendall_tau" and ranked is not None:
-                label += f" (ranks {ranked} of {summary['test_workloads']} workloads)"
-            ax.axhline(source, color="gray", ls=":", label=label)
+        for label, source, style in SOURCE_LINES:
+            scores = summary["source"].get(source) or {}  # older summaries: "metrics" only
+            value = scores.get(metric)
+            if value is not None and math.isfinite(value):
+                if (ranked := scores.get("ranked_workloads")) is not None:
+                    label += f" (ranks {ranked} of {summary['test_workloads']})"
+                ax.axhline(value, color="gray", ls=style, label=label)
         if summary.get("reference"):
             ax.axhline(summary["reference"]["metrics"][metric], color="black", ls="--",
                        label="trained on all records (reference report)")
@@ -479,13 +529,15 @@ def format_table(summary: dict) -> str:
                              "each seed's ensemble alone: " + ", ".join(
                                  f"{names[m]} {cell(row['members'], m).strip()}"
                                  for m in METRICS))
-    src = summary["source"]["metrics"]
-    lines.append("source (no training): " + ", ".join(
-        f"{names[m]} {src[m]:.3f}" if src.get(m) is not None and math.isfinite(src[m])
-        else f"{names[m]} n/a"
-        for m in METRICS) + (f"; its predictions differ on {src['ranked_workloads']} of "
-                             f"{summary['test_workloads']} held-out workloads (tau is "
-                             "over those)" if "ranked_workloads" in src else ""))
+    for label, source, _ in SOURCE_LINES:
+        if not (src := summary["source"].get(source)):
+            continue
+        lines.append(label + ": " + ", ".join(
+            f"{names[m]} {src[m]:.3f}" if src.get(m) is not None and math.isfinite(src[m])
+            else f"{names[m]} n/a"
+            for m in METRICS) + (f"; its predictions differ on {src['ranked_workloads']} of "
+                                 f"{summary['test_workloads']} held-out workloads (tau is "
+                                 "over those)" if "ranked_workloads" in src else ""))
     if summary.get("reference"):
         ref = summary["reference"]["metrics"]
         lines.append(f"all records ({summary['reference']['report']}): " + ", ".join(
@@ -632,7 +684,9 @@ def bench(args) -> int:
                "normalize_per_workload": args.normalize_per_workload,
                **({"joint_dataset": args.joint_dataset, "joint_share": args.joint_share}
                   if set(JOINT_MODES) & set(args.modes) else {}),
-               "source": {"metrics": side.score(args.init_from, side.keys, count_ranked=True)},
+               "source": {"metrics": side.score(args.init_from, side.keys, count_ranked=True),
+                          "fine_tuning_start": side.score_as_fine_tuning_starts(
+                              args.init_from, expected["train"], side.keys)},
                "reference": reference,
                "curves": summarize(runs, args.shares), "runs": runs,
                "together": together(args, runs, side) if args.together else None}

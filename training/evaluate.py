@@ -201,7 +201,8 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
 
     Raises:
         UserError: unreadable checkpoints, an unknown baseline, a cache folder that cannot be
-            written, a dataset without usable records or with records of several targets, a
+            written, a dataset without usable records or with records of several targets or
+            of another target kind than a checkpoint's (a CPU model on GPU records), a
             split that leaves a side empty, a checkpoint trained on a share of records that
             cannot be drawn again from `dataset` for the baselines.
     """
@@ -227,6 +228,13 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
     if frame.empty:
         raise UserError(f"{dataset} has no successfully measured records")
     check_one_target(frame, dataset)
+    kind = json.loads(frame.target.iloc[0])["kind"]
+    if other := next((m for p in predictors for m in p.members if m.target_kind != kind), None):
+        raise UserError(f"{other.path} was trained for {other.target_kind} targets and "
+                        f"{dataset} holds {kind} measurements: its featuriser would lower "
+                        f"them for {other.target_kind}; evaluate a checkpoint trained on "
+                        f"{kind} records, or adapt this one to them first (train fit "
+                        "--model.init_from, bench/transfer.py)")
     meta = predictors[0].meta
     split, sides = choose_sides(meta, frame, split, test_fraction, test_families, test_networks,
                                 seed)

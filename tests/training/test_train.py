@@ -259,6 +259,18 @@ def test_a_dataset_of_two_targets_is_refused(tiny_dataset, checkpoint, tmp_path)
     assert_clean_error(proc, f"{mixed} mixes 2 targets (", prog="costmodel")
 
 
+def test_a_checkpoint_of_another_target_kind_is_refused(checkpoint, tmp_path):
+    """A CPU checkpoint on the committed H100 records: its featuriser would lower the CUDA
+    schedules for the CPU, so every score would be meaningless; one line, no report."""
+    gpu = os.path.join(os.path.dirname(__file__), "..", "..", "data", "cuda-h100")
+    out = tmp_path / "e"
+    proc = run_cli("evaluate", checkpoint, "--dataset", gpu, "--split", "shapes", "--out",
+                   str(out), "--no-baseline", prog="costmodel")
+    assert_clean_error(proc, f"{checkpoint} was trained for llvm targets and {gpu} holds "
+                             "cuda measurements", prog="costmodel")
+    assert "adapt this one to them first" in proc.stderr and not out.exists()
+
+
 def test_unknown_rank_loss_is_one_line(tiny_dataset, tmp_path):
     proc = train("--data.dataset", tiny_dataset, "--trainer.fast_dev_run", "true",
                  "--model.rank_loss", "nope", cwd=tmp_path)

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pandas as pd
@@ -398,6 +399,46 @@ def test_init_from_errors_through_the_cli(tiny_checkpoint, tiny_dataset, tmp_pat
                              "set data.joint_dataset too", prog="train")
 
 
+def _transfer_bench():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("transfer", BENCH)
+    transfer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(transfer)
+    return transfer
+
+
+def test_the_source_is_also_scored_as_fine_tuning_starts_from_it(tmp_path):
+    """A CPU model's thread bindings and shared memory were constant in its training data:
+    standardised with its own statistics they divide by EPS on GPU programs and every
+    prediction clips alike (no workload ranked). Scored as fine-tuning starts from it (the
+    programs featurised for the GPU, those features standardised with the GPU training
+    workloads' statistics), it ranks every held-out workload."""
+    torch.manual_seed(0)
+    model = create_model(architecture())
+    n, p = featurize.NUM_NODE_FEATURES, featurize.NUM_PROGRAM_FEATURES
+    x_std, program_std = np.ones(n), np.ones(p)
+    gpu_only = ("thread_is_block", "thread_is_virtual")
+    x_std[[featurize.NODE_FEATURES.index(f) for f in gpu_only]] = EPS
+    program_std[[featurize.PROGRAM_FEATURES.index(f) for f in (
+        "log_thread_blocks", "log_threads_per_block", "log_shared_bytes", "log_local_bytes")]] = EPS
+    norm = Normalization(np.zeros(n), x_std, np.zeros(p), program_std, -10.0, 1.0)
+    cpu = json.dumps({"kind": "llvm", "mcpu": "skylake"})
+    meta = checkpoint.describe(model, norm, cpu, "data/x", "shapes",
+                               {"train": ["dense/a"], "val": [], "test": ["dense/b"]})
+    source = str(tmp_path / "cpu.ckpt")
+    checkpoint.save(source, model, meta, {"rank_loss": "logistic"})
+    transfer = _transfer_bench()
+    side = transfer.HeldOut(types.SimpleNamespace(dataset=GPU_DATASET, accelerator="cpu",
+                                                  cache_dir=str(tmp_path / "cache")))
+    keys = sorted(side.frame.workload_key.unique())
+    test, train = keys[:2], keys[2:3]
+    assert side.score(source, test, count_ranked=True)["ranked_workloads"] == 0
+    adapted = side.score_as_fine_tuning_starts(source, train, test)
+    assert adapted["ranked_workloads"] == 2 and -1 <= adapted["kendall_tau"] <= 1
+    np.testing.assert_allclose(checkpoint.load(source).normalization.x_std, x_std)  # as it was
+
+
 @pytest.mark.slow
 def test_the_transfer_bench_writes_its_curve_and_resumes(tiny_checkpoint, tiny_dataset,
                                                          tmp_path):
@@ -430,8 +471,12 @@ def test_the_transfer_bench_writes_its_curve_and_resumes(tiny_checkpoint, tiny_d
     # how many held-out workloads the source tells apart at all: its tau is over those
     assert 0 <= summary["source"]["metrics"]["ranked_workloads"] <= summary["test_workloads"]
     assert "held-out workloads (tau is over those)" in proc.stdout
+    adapted = summary["source"]["fine_tuning_start"]  # scored again, as fine-tuning starts
+    assert adapted["top1_score"] is not None
+    assert 0 <= adapted["ranked_workloads"] <= summary["test_workloads"]
+    assert "source, untrained, as fine-tuning starts: tau" in proc.stdout
     assert (out / "transfer.png").stat().st_size > 1000
-    assert "finetuned tau" in proc.stdout and "source (no training)" in proc.stdout
+    assert "finetuned tau" in proc.stdout and "source, untrained: " in proc.stdout
     stamps = {p: os.path.getmtime(p) for p in glob.glob(str(out / "runs" / "*" / "*" / "*"))}
     again = subprocess.run(args, capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC,
                            cwd=tmp_path)
