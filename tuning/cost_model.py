@@ -15,6 +15,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
 from costmodel.predictor import CostModelPredictor
+from datagen.errors import UserError
 from datagen.measure import run_latency
 
 ADAPT_STEPS = 20
@@ -52,7 +53,16 @@ class LearnedCostModel(PyCostModel):
     def save(self, path: str) -> None:
         self.predictor.save(path)
 
+    def _check_target(self, context) -> None:
+        """Raises: UserError: the tuned target is of another kind than the checkpoint's (its
+        featuriser would lower the candidates for the checkpoint's target)."""
+        kind = context.target.kind.name
+        if self.predictor.target_kind != kind:
+            raise UserError(f"the checkpoint was trained for {self.predictor.target_kind} "
+                            f"targets, not {kind}; pass a checkpoint trained for this target")
+
     def update(self, context, candidates, results) -> None:
+        self._check_target(context)
         group = self.workloads.setdefault(context.task_name, len(self.workloads))
         for cand, res in zip(candidates, results):
             latency = run_latency(res.run_secs, res.error_msg)
@@ -64,5 +74,6 @@ class LearnedCostModel(PyCostModel):
                                  lr=self.adapt_lr)
 
     def predict(self, context, candidates) -> np.ndarray:
+        self._check_target(context)
         seconds = self.predictor.predict([cand.sch for cand in candidates])
         return (REFERENCE_SECS / seconds).astype("float64")

@@ -38,3 +38,27 @@ def test_tune_tir_with_learned_cost_model(tiny_checkpoint, tmp_path):
     again = LearnedCostModel(path)
     np.testing.assert_array_equal(again.predictor.predict_graphs(graphs),
                                   model.predictor.predict_graphs(graphs))
+
+
+def test_a_checkpoint_of_another_target_kind_is_refused(tiny_checkpoint):
+    """A CPU checkpoint in a CUDA tuning run would lower every candidate for the CPU: the
+    error reaches the caller through MetaSchedule (as its FFI forwards a Python error)."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from datagen.tvm_env import make_target
+    from datagen.workloads import Workload
+    from tuning.cost_model import LearnedCostModel
+
+    model = LearnedCostModel(tiny_checkpoint)
+    mod = Workload("dense", (32, 32, 32)).mod
+    context = ms.TuneContext(mod=mod, target=make_target({"kind": "cuda", "arch": "sm_90a"}))
+    candidate = ms.MeasureCandidate(tvm.s_tir.Schedule(mod),
+                                    ms.arg_info.ArgInfo.from_prim_func(mod["main"]))
+    message = "the checkpoint was trained for llvm targets, not cuda; pass a checkpoint"
+    with pytest.raises(RuntimeError, match=message):
+        model.predict(context, [candidate])
+    result = ms.runner.RunnerResult(run_secs=[tvm.runtime.convert(1e-3)], error_msg=None)
+    with pytest.raises(RuntimeError, match=message):
+        model.update(context, [candidate], [result])
+    assert model.measured == []  # nothing learnt from the wrong target's programs
