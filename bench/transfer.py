@@ -288,10 +288,10 @@ class HeldOut:
 
         predictor = CostModelPredictor.load(source, cache_dir=self.cache_dir,
                                             device=self.device, blend=False)
-        theirs = predictor.featurizer
+        views = predictor.featurizer  # the views it reads, featurised for this target
         predictor.featurizer = featurize.Featurizer(
             json.loads(self.frame.target.iloc[0]), cache_dir=self.cache_dir,
-            stores=theirs.stores, traces=theirs.traces, warps=theirs.warps)
+            stores=views.stores, traces=views.traces, warps=views.warps)
         member = predictor.members[0]
         theirs = member.normalization
         frame = self.frame[self.frame.workload_key.isin(train_keys)]
