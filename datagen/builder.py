@@ -5,13 +5,17 @@ imports every backend's tensor intrinsics (tens of seconds) before its first bui
 builder keeps one pool for its whole life, its workers import only the intrinsics of the
 target being built, and a worker is recycled after `MAX_USES_PER_WORKER` builds to bound the
 memory that long-lived TVM processes accumulate. The build itself is MetaSchedule's own
-`default_build` and `default_export`, so artifacts are the same as LocalBuilder's.
+`default_build` and `default_export`, so artifacts are the same as LocalBuilder's. Every
+artifact lands in a temporary folder of the builder's own (`scratch`), which `shutdown`
+deletes: what was built but never measured (a stop while the next wave builds, a build killed
+at its timeout) leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import time
 
 from tvm.ir.utils import derived_object
@@ -26,10 +30,13 @@ TIMEOUT_PREFIX = "Build timeout"
 _compiles_kernels = False  # in a worker: its CUDA compiles go to the kernel cache
 
 
-def _init_worker(target_kind: str, kernel_cache: str | None = None) -> None:
+def _init_worker(target_kind: str, kernel_cache: str | None = None,
+                 scratch: str | None = None) -> None:
     global _compiles_kernels
     from datagen.tvm_env import load_tensor_intrinsics
 
+    if scratch:  # this worker's artifacts (and TVM's temporary files) go there
+        tempfile.tempdir = scratch
     load_tensor_intrinsics(target_kind)
     if kernel_cache:
         from datagen.batch_measure import use_kernel_cache
@@ -46,8 +53,6 @@ def _build_one(mod, target, shared_library: bool,
     """Runs in a worker: build and export one module; return (artifact path, seconds).
     With `kernel_cache`, the exported module is loaded once, which compiles its CUDA kernels
     (NVRTC) into that folder, so the process that measures it finds them compiled."""
-    import tempfile
-
     from tvm.s_tir.meta_schedule.builder.local_builder import default_build, default_export
 
     start = time.perf_counter()
@@ -87,6 +92,10 @@ class PersistentBuilder(PyBuilder):
             program, in the measuring process).
         kernel_cache: a folder where the workers compile each artifact's CUDA kernels (see
             `datagen.batch_measure.use_kernel_cache`); only where a CUDA runtime and NVRTC are.
+
+    Attributes:
+        scratch: the temporary folder every artifact is built in; `shutdown` deletes it, so
+            use (or copy) an artifact before then.
     """
 
     def __init__(self, target_kind: str = "llvm", max_workers: int | None = None,
@@ -98,11 +107,12 @@ class PersistentBuilder(PyBuilder):
         self.kernel_cache = kernel_cache
         self.max_workers = max_workers or len(os.sched_getaffinity(0))
         self.last_build_secs: list[float | None] = []
+        self.scratch = tempfile.mkdtemp(prefix="datagen-build-")
         self._pool = PopenPoolExecutor(
             max_workers=self.max_workers,
             timeout=timeout_sec,
             initializer=_init_worker,
-            initargs=(target_kind, kernel_cache),
+            initargs=(target_kind, kernel_cache, self.scratch),
             maximum_process_uses=MAX_USES_PER_WORKER,
         )
 
@@ -127,4 +137,10 @@ class PersistentBuilder(PyBuilder):
         return results
 
     def shutdown(self) -> None:
+        """Stop the workers (a build in progress is killed, queued ones never start) and delete
+        every artifact still in `scratch`."""
+        queue = getattr(self._pool, "_threadpool", None)  # PopenPoolExecutor's job queue
+        if queue is not None:
+            queue.shutdown(wait=False, cancel_futures=True)
         self._pool.shutdown(wait=False)
+        shutil.rmtree(self.scratch, ignore_errors=True)

@@ -176,13 +176,16 @@ def test_cuda_builders_that_also_compile_kernels_build_the_same_programs(tmp_pat
         builder = PersistentBuilder("cuda", 1, 60, shared_library=True, kernel_cache=cache)
         try:
             built = builder.build([BuilderInput(c.mod, target) for c in cands])
+            assert [r.error_msg for r in built] == [None] * len(cands)
+            sizes[cache] = [os.path.getsize(r.artifact_path) for r in built]
+            assert all(r.artifact_path.endswith(".so") for r in built)
+            remove_artifact(built[0].artifact_path)
+            assert not os.path.exists(built[0].artifact_path)
         finally:
             builder.shutdown()
-        assert [r.error_msg for r in built] == [None] * len(cands)
-        sizes[cache] = [os.path.getsize(r.artifact_path) for r in built]
-        assert all(r.artifact_path.endswith(".so") for r in built)
-        for r in built:
-            remove_artifact(r.artifact_path)
+        # what was built and not deleted goes with the builder
+        assert not os.path.exists(built[1].artifact_path)
+        assert not os.path.exists(builder.scratch)
     assert sizes[None] == sizes[str(tmp_path / "kernels")]
 
 

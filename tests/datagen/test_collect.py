@@ -208,15 +208,19 @@ def test_overlapped_collection_records_what_one_round_at_a_time_records(tmp_path
 def test_sigint_stops_after_the_program_being_measured_and_resume_finishes(tmp_path, overlap):
     """SIGINT (or SIGTERM) to the collector alone, not its process group: it stops after the
     program being measured, exit status 130, every committed round kept and no worker process
-    left behind; the same command then finishes without duplicates. (TVM's runner would turn a
-    KeyboardInterrupt raised while it waits into another error, or swallow it.)"""
+    left behind, and no built program either (with overlap, the next wave is building when
+    the stop comes); the same command then finishes without duplicates. (TVM's runner would
+    turn a KeyboardInterrupt raised while it waits into another error, or swallow it.)"""
     import psutil
 
     out = str(tmp_path / "ds")
+    scratch = tmp_path / "tmp"  # the collector's temporary folder
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
     args = ["collect", DENSE, SOFTMAX, "--out", out, "--per-workload", "12", "--batch-size",
             "2", "--repeat", "2", "--min-repeat-ms", "2", "--no-progress", "--overlap", overlap,
             "--draw-workers", "2"]
-    proc = subprocess.Popen([sys.executable, "-m", "datagen.cli", *args],
+    proc = subprocess.Popen([sys.executable, "-m", "datagen.cli", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while len(shard_paths(out)) < 2 and time.time() < deadline and proc.poll() is None:
@@ -229,6 +233,7 @@ def test_sigint_stops_after_the_program_being_measured_and_resume_finishes(tmp_p
     _, alive = psutil.wait_procs(workers, timeout=15)  # the last ones are ending
     assert not [w for w in alive if w.status() != psutil.STATUS_ZOMBIE], \
         [w.cmdline() for w in alive]
+    assert not list(scratch.rglob("*")), list(scratch.rglob("*"))
     before = read_records(out)
     assert 0 < len(before) < 24 and len(before) % 2 == 0  # whole rounds only
     run_cli(*args, check=True)
