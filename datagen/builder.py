@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 import time
+import weakref
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
@@ -94,8 +95,9 @@ class PersistentBuilder(PyBuilder):
             `datagen.batch_measure.use_kernel_cache`); only where a CUDA runtime and NVRTC are.
 
     Attributes:
-        scratch: the temporary folder every artifact is built in; `shutdown` deletes it, so
-            use (or copy) an artifact before then.
+        scratch: the temporary folder every artifact is built in; `shutdown` deletes it (or,
+            for a builder never shut down, its collection or Python's exit), so use (or copy)
+            an artifact before then.
     """
 
     def __init__(self, target_kind: str = "llvm", max_workers: int | None = None,
@@ -108,6 +110,8 @@ class PersistentBuilder(PyBuilder):
         self.max_workers = max_workers or len(os.sched_getaffinity(0))
         self.last_build_secs: list[float | None] = []
         self.scratch = tempfile.mkdtemp(prefix="datagen-build-")
+        # deleted by `shutdown`, or else when this builder is collected or Python exits
+        self._delete_scratch = weakref.finalize(self, shutil.rmtree, self.scratch, True)
         self._pool = PopenPoolExecutor(
             max_workers=self.max_workers,
             timeout=timeout_sec,
@@ -143,4 +147,4 @@ class PersistentBuilder(PyBuilder):
         if queue is not None:
             queue.shutdown(wait=False, cancel_futures=True)
         self._pool.shutdown(wait=False)
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        self._delete_scratch()

@@ -20,12 +20,14 @@ COMMANDS = {"datagen": ("datagen.cli", "main"), "tune": ("tuning.cli", "main"),
             "train": ("training.cli", "main"), "costmodel": ("training.cli", "costmodel_main")}
 
 
-def run_cli(*args: str, cwd=None, check: bool = False,
-            prog: str = "datagen") -> subprocess.CompletedProcess:
-    """Run `PROG ARGS...` (datagen, tune, ...) as a user would, returning the finished process."""
+def run_cli(*args: str, cwd=None, check: bool = False, prog: str = "datagen",
+            env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run `PROG ARGS...` (datagen, tune, ...) as a user would, returning the finished process
+    (`env`: environment variables set beside this process's)."""
     module, func = COMMANDS[prog]
     code = f"import sys; from {module} import {func}; sys.exit({func}(sys.argv[1:]))"
     proc = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd,
+                          env={**os.environ, **env} if env else None,
                           capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC)
     if check and proc.returncode != 0:
         raise AssertionError(f"{prog} {' '.join(args)} failed:\n{proc.stderr}")

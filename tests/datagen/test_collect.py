@@ -104,7 +104,10 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     blocked.write_text("x")
     args = [a.replace("{out}", str(tmp_path / "ds")).replace("{blocked}", str(blocked))
             for a in args]
-    assert_clean_error(run_cli(*args), message)
+    scratch = tmp_path / "tmp"  # the command's temporary folder: left as it was
+    scratch.mkdir()
+    assert_clean_error(run_cli(*args, env={"TMPDIR": str(scratch)}), message)
+    assert not list(scratch.iterdir())
 
 
 def test_a_dataset_of_another_target_is_refused_and_kept(tmp_path):
