@@ -2,8 +2,9 @@
 
 `LocalBuilder` starts a fresh process pool on every `build()` call, and each new worker
 imports every backend's tensor intrinsics (tens of seconds) before its first build. This
-builder keeps one pool for its whole life, its workers import only the intrinsics of the
-target being built, and a worker is recycled after `MAX_USES_PER_WORKER` builds to bound the
+builder keeps one pool for its whole life, started as the builder is made (the workers
+import TVM while the caller goes on), its workers import only the intrinsics of the target
+being built, and a worker is recycled after `MAX_USES_PER_WORKER` builds to bound the
 memory that long-lived TVM processes accumulate. The build itself is MetaSchedule's own
 `default_build` and `default_export`, so artifacts are the same as LocalBuilder's. Every
 artifact lands in a temporary folder of the builder's own (`scratch`), which `shutdown`
@@ -47,6 +48,10 @@ def _init_worker(target_kind: str, kernel_cache: str | None = None,
             _compiles_kernels = True
         except Exception:  # noqa: BLE001  (no NVRTC here: the measuring process compiles)
             _compiles_kernels = False
+
+
+def _ready() -> None:
+    """Nothing: each worker's first job, sent as the builder starts (see `PersistentBuilder`)."""
 
 
 def _build_one(mod, target, shared_library: bool,
@@ -119,6 +124,11 @@ class PersistentBuilder(PyBuilder):
             initargs=(target_kind, kernel_cache, self.scratch),
             maximum_process_uses=MAX_USES_PER_WORKER,
         )
+        # start every worker now, in the background: each imports TVM and the target's
+        # intrinsics (seconds; for CUDA, 17 s on a slow core) while the caller draws or
+        # searches its first candidates, rather than in its first build
+        for _ in range(self.max_workers):
+            self._pool.submit(_ready)
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
         """Build every input; `last_build_secs` then holds each one's build time (None if failed)."""
@@ -147,4 +157,9 @@ class PersistentBuilder(PyBuilder):
         if queue is not None:
             queue.shutdown(wait=False, cancel_futures=True)
         self._pool.shutdown(wait=False)
+        if queue is not None:
+            # a thread that was starting its worker as the workers were killed starts it
+            # after: wait for the threads (the killed workers' end at once), then kill again
+            queue.shutdown(wait=True)
+            self._pool.shutdown(wait=False)
         self._delete_scratch()

@@ -277,6 +277,8 @@ class Measurer:
         on_local_gpu = tracker is None and self.device_type != "cpu"
         if shared_library is None:
             shared_library = on_local_gpu
+        if tracker is not None:
+            tracker.check()  # before the builder starts its workers
         self.kernel_cache = tempfile.mkdtemp(prefix="datagen-kernels-") \
             if on_local_gpu and self.device_type == "cuda" else None
         self.builder = PersistentBuilder(target.kind.name, build_workers,
@@ -292,7 +294,6 @@ class Measurer:
             if device_lock is not None:
                 self.runner = _exclusive_runner_class()(self.runner, device_lock)
         else:
-            tracker.check()
             config = RPCConfig(tracker.host, tracker.port, tracker.key,
                                session_timeout_sec=int(math.ceil(run_timeout)))
             self.runner = RPCRunner(config, evaluator, max_workers=1)
