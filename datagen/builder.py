@@ -22,7 +22,7 @@ import weakref
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
-from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+from tvm.support.popen_pool import PopenPoolExecutor, StatusKind, kill_child_processes
 
 DEFAULT_BUILD_TIMEOUT_SEC = 10.0
 MAX_USES_PER_WORKER = 256
@@ -153,13 +153,24 @@ class PersistentBuilder(PyBuilder):
     def shutdown(self) -> None:
         """Stop the workers (a build in progress is killed, queued ones never start) and delete
         every artifact still in `scratch`."""
-        queue = getattr(self._pool, "_threadpool", None)  # PopenPoolExecutor's job queue
+        pool = self._pool
+        queue = getattr(pool, "_threadpool", None)  # PopenPoolExecutor's job queue and threads
         if queue is not None:
             queue.shutdown(wait=False, cancel_futures=True)
-        self._pool.shutdown(wait=False)
-        if queue is not None:
-            # a thread that was starting its worker as the workers were killed starts it
-            # after: wait for the threads (the killed workers' end at once), then kill again
-            queue.shutdown(wait=True)
-            self._pool.shutdown(wait=False)
+        # kill the worker processes first: `PopenPoolExecutor.shutdown` closes each worker's
+        # pipe before it kills it, which waits until the job in progress ends (a build, or a
+        # worker's start-up: seconds). Again while a thread is still busy (one starting its
+        # worker just then); each ends once its worker is gone.
+        deadline = time.monotonic() + 30
+        while True:
+            for worker in list(getattr(pool, "_worker_map", {}).values()):
+                proc = getattr(worker, "_proc", None)
+                if proc is not None and proc.poll() is None:
+                    kill_child_processes(proc.pid)
+                    proc.kill()
+            busy = [t for t in getattr(queue, "_threads", ()) if t.is_alive()]
+            if not busy or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        pool.shutdown(wait=False)
         self._delete_scratch()
