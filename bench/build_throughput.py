@@ -19,7 +19,9 @@ With a CUDA --target and --nvrtc (where NVRTC and a CUDA toolkit's headers are i
 GPU needed), it also compiles every built candidate's kernels with NVRTC on one core, as TVM's
 own callback does and as datagen's compilers do (`datagen.batch_measure.NvrtcCompiler`: the
 standard headers precompiled once per process), one after the other for each kernel, and
-prints both medians and whether every cubin came out byte for byte the same.
+prints both medians and whether every cubin came out byte for byte the same; then the first
+few kernels again, each as the first kernel of a fresh process, with and without the warm-up
+that builder workers do as they start (`NvrtcCompiler.warm_up`).
 """
 
 from __future__ import annotations
@@ -139,6 +141,44 @@ def nvrtc_times(sources: list[str], target, include_dir: str) -> None:
           f"({sum(pchs):.1f} s in all, the first {pchs[0]:.2f} s making the header); "
           f"{sum(tvms) / sum(pchs):.2f}x; identical cubins {same}/{len(sources)}"
           + ("" if ours.pch else "; NVRTC refused --pch here"))
+    first_kernel_times(sources[:FIRST_KERNELS], arch, include_dir)
+
+
+FIRST_KERNELS = 3  # kernels whose first compilation in a fresh process is timed, each both ways
+
+
+def _first_kernel(code: str, arch: str, include_dir: str, warm: bool) -> tuple[float, float]:
+    """In a fresh process: (seconds warming up, seconds compiling `code`), as a builder's
+    worker compiles its first kernel with and without `NvrtcCompiler.warm_up` at its start."""
+    from datagen.batch_measure import NvrtcCompiler
+
+    compile_fn = NvrtcCompiler(arch, include_dir)
+    t0 = time.perf_counter()
+    if warm:
+        compile_fn.warm_up()
+    t1 = time.perf_counter()
+    compile_fn(code)
+    return t1 - t0, time.perf_counter() - t1
+
+
+def first_kernel_times(sources: list[str], arch: str, include_dir: str) -> None:
+    """Time each source as a process's first kernel, without and with the warm-up, each in a
+    process of its own (NVRTC keeps the precompiled header for the process's life)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    cold, warm, warm_ups = [], [], []
+    for code in sources:
+        for warmed in (False, True):
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+                up, first = pool.submit(_first_kernel, code, arch, include_dir, warmed).result()
+            (warm if warmed else cold).append(first)
+            if warmed:
+                warm_ups.append(up)
+    med = statistics.median
+    print(f"a process's first kernel ({len(sources)} kernels, a fresh process each): "
+          f"{med(cold):.2f} s median cold, {med(warm):.2f} s after the warm-up "
+          f"(which took {med(warm_ups):.2f} s, before any kernel was there to compile)")
 
 
 if __name__ == "__main__":

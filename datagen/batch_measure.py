@@ -245,15 +245,29 @@ class NvrtcCompiler:
                 return binary
         return nvcc.compile_cuda(code, target_format="cubin", arch=self.arch, compiler="nvrtc")
 
+    def warm_up(self) -> None:
+        """Precompile the standard headers now, by compiling an empty kernel with the options
+        every kernel gets, so that this process's first real kernel finds them ready (a process
+        that starts before it has kernels to compile: the builders). Any error is left for the
+        first real kernel to report."""
+        try:
+            self(WARM_UP_KERNEL)
+        except Exception:  # noqa: BLE001
+            pass
 
-def use_kernel_cache(cache_dir: str, arch: str | None = None) -> None:
+
+WARM_UP_KERNEL = 'extern "C" __global__ void tvm_costmodel_warm_up() {}\n'
+
+
+def use_kernel_cache(cache_dir: str, arch: str | None = None, warm_up: bool = False) -> None:
     """Route TVM's CUDA compilation (the NVRTC callback of `tvm.support.nvcc`) through the
     cache, compiling with `NvrtcCompiler`. Also the initializer of the compiling workers.
 
     `arch` is required with the runtime alone: the callback otherwise asks TVM's compiler
     library for the current target (`Target.current`), which the runtime does not have, and
     every kernel fails to load. `TVM_CUDA_COMPILE_MODE` (nvrtc, nvcc) is honoured as by TVM:
-    with nvcc, TVM's own compilation."""
+    with nvcc, TVM's own compilation. `warm_up`: precompile NVRTC's headers now
+    (`NvrtcCompiler.warm_up`), for a process that has time before its first kernel."""
     import tvm  # noqa: F401
     from tvm.support import nvcc  # registers the NVRTC callback
     import tvm_ffi
@@ -261,6 +275,8 @@ def use_kernel_cache(cache_dir: str, arch: str | None = None) -> None:
     mode = os.environ.get("TVM_CUDA_COMPILE_MODE", "nvrtc").lower()
     if mode == "nvrtc":
         compile_fn = NvrtcCompiler(arch, os.path.join(cache_dir, "include"))
+        if warm_up:
+            compile_fn.warm_up()
     elif arch is None:
         compile_fn = tvm_ffi.get_global_func(CUDA_COMPILE_CALLBACK)
     else:

@@ -3,9 +3,10 @@
 `LocalBuilder` starts a fresh process pool on every `build()` call, and each new worker
 imports every backend's tensor intrinsics (tens of seconds) before its first build. This
 builder keeps one pool for its whole life, started as the builder is made (the workers
-import TVM while the caller goes on), its workers import only the intrinsics of the target
-being built, and a worker is recycled after `MAX_USES_PER_WORKER` builds to bound the
-memory that long-lived TVM processes accumulate. The build itself is MetaSchedule's own
+import TVM, and where they compile CUDA kernels precompile NVRTC's headers, while the caller
+goes on), its workers import only the intrinsics of the target being built, and a worker is
+recycled after `MAX_USES_PER_WORKER` builds to bound the memory that long-lived TVM processes
+accumulate. The build itself is MetaSchedule's own
 `default_build` and `default_export`, so artifacts are the same as LocalBuilder's. Every
 artifact lands in a temporary folder of the builder's own (`scratch`), which `shutdown`
 deletes: what was built but never measured (a stop while the next wave builds, a build killed
@@ -43,8 +44,8 @@ def _init_worker(target_kind: str, kernel_cache: str | None = None,
     if kernel_cache:
         from datagen.batch_measure import use_kernel_cache
 
-        try:
-            use_kernel_cache(kernel_cache)
+        try:  # with NVRTC's headers precompiled now, before this worker's first build
+            use_kernel_cache(kernel_cache, warm_up=True)
             _compiles_kernels = True
         except Exception:  # noqa: BLE001  (no NVRTC here: the measuring process compiles)
             _compiles_kernels = False
@@ -125,8 +126,9 @@ class PersistentBuilder(PyBuilder):
             maximum_process_uses=MAX_USES_PER_WORKER,
         )
         # start every worker now, in the background: each imports TVM and the target's
-        # intrinsics (seconds; for CUDA, 17 s on a slow core) while the caller draws or
-        # searches its first candidates, rather than in its first build
+        # intrinsics (seconds; for CUDA, 17 s on a slow core) and, with `kernel_cache`,
+        # precompiles NVRTC's headers (5-10 s) while the caller draws or searches its first
+        # candidates, rather than in its first build (where they count against its timeout)
         for _ in range(self.max_workers):
             self._pool.submit(_ready)
 

@@ -330,6 +330,51 @@ def test_nvrtc_compiler_goes_on_without_precompiled_headers_where_nvrtc_refuses_
     assert compile_fn("k2") == b"cubin of k2" and asked[-1] is None and len(asked) == 5
 
 
+def test_warm_up_precompiles_with_every_kernels_options_and_never_raises(tmp_path,
+                                                                          monkeypatch):
+    """A builder's worker warms NVRTC up as it starts (`use_kernel_cache(..., warm_up=True)`):
+    an empty kernel, compiled with the options every kernel gets, so that the precompiled
+    header NVRTC keeps is the one the first real kernel reuses. Where NVRTC fails (not
+    installed, no GPU to ask the architecture) the warm-up says nothing and changes nothing,
+    and the first kernel reports its own error (a stand-in for NVRTC)."""
+    import tvm_ffi
+    from tvm.support import nvcc
+
+    from datagen.batch_measure import (CUDA_COMPILE_CALLBACK, WARM_UP_KERNEL, NvrtcCompiler,
+                                       use_kernel_cache)
+
+    asked = []
+    working = True
+
+    def nvrtc(code, target_format, arch, compiler, options=None):
+        asked.append((code, arch, options))
+        if not working:
+            raise RuntimeError(f"NVRTC compilation failed: {code}")
+        return b"cubin of " + code.encode()
+
+    monkeypatch.setattr(nvcc, "compile_cuda", nvrtc)
+    previous = tvm_ffi.get_global_func(CUDA_COMPILE_CALLBACK, allow_missing=True)
+    try:
+        use_kernel_cache(str(tmp_path / "cache"), "sm_90a", warm_up=True)
+        include = str(tmp_path / "cache" / "include")
+        pch = [f"-I{include}", f"--pre-include={NVRTC_PREINCLUDE}", "--pch"]
+        assert asked == [(WARM_UP_KERNEL, "sm_90a", pch)]
+        assert not list((tmp_path / "cache").glob("*.bin"))  # not a kernel to keep
+        callback = tvm_ffi.get_global_func(CUDA_COMPILE_CALLBACK)
+        assert bytes(callback("k1")) == b"cubin of k1" and asked[-1] == ("k1", "sm_90a", pch)
+    finally:
+        if previous is not None:
+            tvm_ffi.register_global_func(CUDA_COMPILE_CALLBACK, previous, override=True)
+
+    working = False
+    compile_fn = NvrtcCompiler(None, str(tmp_path / "include"))
+    compile_fn.warm_up()  # fails both ways, silently
+    assert compile_fn.pch and asked[-2:] == [(WARM_UP_KERNEL, None, compile_fn.pch_options),
+                                             (WARM_UP_KERNEL, None, None)]
+    with pytest.raises(RuntimeError, match="k2"):
+        compile_fn("k2")
+
+
 def cuda_toolkit_for_nvrtc() -> str | None:
     """A CUDA toolkit's folder with its headers where NVRTC is installed, else None."""
     import glob
@@ -347,7 +392,8 @@ def cuda_toolkit_for_nvrtc() -> str | None:
 def test_nvrtc_with_precompiled_headers_gives_tvms_own_cubin(tmp_path, monkeypatch):
     """Real NVRTC (where it and a CUDA toolkit's headers are installed; CI has neither):
     drawn CUDA candidates of three families compile to the same bytes with the standard
-    headers precompiled as with TVM's own NVRTC compilation."""
+    headers precompiled (by the warm-up, before the first of them) as with TVM's own NVRTC
+    compilation."""
     toolkit = cuda_toolkit_for_nvrtc()
     if toolkit is None:
         pytest.skip("needs NVRTC (cuda-bindings, nvidia-cuda-nvrtc) and a CUDA toolkit's headers")
@@ -367,6 +413,7 @@ def test_nvrtc_with_precompiled_headers_gives_tvms_own_cubin(tmp_path, monkeypat
         for cand in ScheduleSampler(workload.mod, target).random(2, 0, set()):
             sources.append(default_build(cand.mod, target, None).imports[0].inspect_source())
     compile_fn = NvrtcCompiler("sm_90a", str(tmp_path / "include"))
+    compile_fn.warm_up()  # as a builder's worker does: the header precompiled before any kernel
     for code in sources:
         ours = bytes(compile_fn(code))
         assert ours == bytes(nvcc.compile_cuda(code, target_format="cubin", arch="sm_90a",
