@@ -21,9 +21,10 @@ import tempfile
 import time
 import weakref
 
+import psutil
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
-from tvm.support.popen_pool import PopenPoolExecutor, StatusKind, kill_child_processes
+from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 DEFAULT_BUILD_TIMEOUT_SEC = 10.0
 MAX_USES_PER_WORKER = 256
@@ -38,8 +39,9 @@ def _init_worker(target_kind: str, kernel_cache: str | None = None,
     global _compiles_kernels
     from datagen.tvm_env import load_tensor_intrinsics
 
-    if scratch:  # this worker's artifacts (and TVM's temporary files) go there
-        tempfile.tempdir = scratch
+    if scratch:  # this worker's artifacts and temporary files go there, TVM's and those of
+        tempfile.tempdir = scratch  # the compilers a build runs (a linker killed mid-link
+        os.environ["TMPDIR"] = scratch  # leaves its own behind)
     load_tensor_intrinsics(target_kind)
     if kernel_cache:
         from datagen.batch_measure import use_kernel_cache
@@ -78,6 +80,34 @@ def _build_one(mod, target, shared_library: bool,
         except Exception:  # noqa: BLE001  (measuring it reports the error, with its program)
             pass
     return artifact, secs
+
+
+def _kill_process_tree(pid: int) -> list[psutil.Process]:
+    """Kill a process and every process below it (a build's compiler and linker); return them."""
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+    for process in tree:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return tree
+
+
+def _wait_ended(processes: list[psutil.Process], timeout: float) -> None:
+    """Wait until every one of `processes` has ended (gone, or a zombie not yet reaped)."""
+    def running(process: psutil.Process) -> bool:
+        try:
+            return process.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.monotonic() + timeout
+    while any(running(p) for p in processes) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def remove_artifact(path: str | None) -> None:
@@ -153,8 +183,8 @@ class PersistentBuilder(PyBuilder):
         return results
 
     def shutdown(self) -> None:
-        """Stop the workers (a build in progress is killed, queued ones never start) and delete
-        every artifact still in `scratch`."""
+        """Stop the workers (a build in progress is killed with the compilers it runs, queued
+        ones never start) and delete `scratch`: every artifact and temporary file still there."""
         pool = self._pool
         queue = getattr(pool, "_threadpool", None)  # PopenPoolExecutor's job queue and threads
         if queue is not None:
@@ -164,15 +194,16 @@ class PersistentBuilder(PyBuilder):
         # worker's start-up: seconds). Again while a thread is still busy (one starting its
         # worker just then); each ends once its worker is gone.
         deadline = time.monotonic() + 30
+        killed = []
         while True:
             for worker in list(getattr(pool, "_worker_map", {}).values()):
                 proc = getattr(worker, "_proc", None)
                 if proc is not None and proc.poll() is None:
-                    kill_child_processes(proc.pid)
-                    proc.kill()
+                    killed += _kill_process_tree(proc.pid)
             busy = [t for t in getattr(queue, "_threads", ()) if t.is_alive()]
             if not busy or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
         pool.shutdown(wait=False)
+        _wait_ended(killed, timeout=5)  # none still writing into the folder deleted here
         self._delete_scratch()
