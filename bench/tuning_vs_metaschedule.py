@@ -132,13 +132,16 @@ def part(name, workloads, checkpoint, args, target, measurer) -> None:
         done = json.load(f)
     summary["measured_on"] = sorted({describe_target(t) for per_seed in
                                      done["measured_on"].values() for t in per_seed})
+    summary["devices"] = sorted({d for per_seed in done["devices"].values() for d in per_seed
+                                 if d is not None})
     summary["pair_seeds"] = done["pair_seeds"]
     summary["models"] = done["models"]
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     plot_curves(results, os.path.join(out, "curves.png"))
     print(f"== {name}: {len(results)} of {len(workloads)} workloads, seeds {args.seeds}, "
-          f"{args.trials_per_iter} trials per round, measured on {summary['measured_on']} ==")
+          f"{args.trials_per_iter} trials per round, measured on {summary['measured_on']}"
+          + (f" ({', '.join(summary['devices'])})" if summary["devices"] else "") + " ==")
     if not same_models(done["models"], model_ids(inputs)):
         made = ", ".join(f"{m['file']} ({m['sha256'][:12]})" for ids in done["models"].values()
                          for m in (ids if isinstance(ids, list) else [ids]))

@@ -3,7 +3,10 @@
 Each (workload, tuner, seed) tunes into its own database folder under `out/runs/`; a finished
 one is read back instead of tuned again, so an interrupted comparison resumes where it stopped.
 A finished (workload, seed) is also kept, without its databases, in `out/pairs/`: enough to
-summarise it again, or to go on with more seeds elsewhere.
+summarise it again, or to go on with more seeds elsewhere. Runs and pairs record the device
+they were measured on (`device_name`): a comparison's runs share one device, so one measured on
+another device (another GPU, CPU or RPC key) is never read back, finished or reported beside
+them: that is one error, before anything is tuned.
 
 Best-so-far over noisy measurements favours the tuner that drew the luckiest outlier, so after
 all tuners of a (workload, seed) have run, each tuner's best schedule at each compared budget
@@ -98,11 +101,14 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
     remeasured: dict = {w.key: {b: {t: [] for t in tuners if runs_to[t] >= b} for b in budgets}
                         for w in workloads}
     measured_on: dict = {w.key: [] for w in workloads}
+    devices: dict = {w.key: [] for w in workloads}  # the device of each pair, None: unrecorded
     pair_seeds: dict = {w.key: [] for w in workloads}
     models = model_ids(inputs)
     made_with: dict[str, dict] = {}  # pair file -> the models it was made with
     # seed outermost: an interrupted benchmark leaves whole seeds behind
     order = [(seed, w) for seed in seeds for w in workloads]
+    if not finished_only:
+        _check_devices(out, order, tuners, measurer.device)
     if jobs > 1 and not finished_only:
         waiting = [(seed, w) for seed, w in order
                    if _read_pair(pair_file(out, w.key, seed), runs_to, budgets, rounds,
@@ -125,9 +131,15 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
             for tuner in remeasured[w.key][b]:
                 remeasured[w.key][b][tuner].append(pair["budgets"][str(b)][tuner])
         measured_on[w.key].append(pair["target"])
+        devices[w.key].append(device_name(pair.get("device")))
         pair_seeds[w.key].append(seed)
     for key in [k for k, seeds_done in pair_seeds.items() if not seeds_done]:
-        del results[key], remeasured[key], measured_on[key], pair_seeds[key]
+        del results[key], remeasured[key], measured_on[key], devices[key], pair_seeds[key]
+    named = sorted({d for per_seed in devices.values() for d in per_seed if d is not None})
+    if len(named) > 1:  # a report's pairs (tuning checked its own device before)
+        raise UserError(f"the pairs in {out}/pairs were measured on different devices "
+                        f"({', '.join(named)}): report the pairs of one device at a time (move "
+                        "the others to another --out)")
     if made_with:
         first, *rest = made_with.items()
         other = next((path for path, ids in rest if not same_models(ids, first[1])), None)
@@ -137,7 +149,8 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
         models = first[1]
     _write_json(os.path.join(out, "results.json"),
                 {"trials": trials, "tuner_trials": runs_to, "seeds": seeds,
-                 "pair_seeds": pair_seeds, "measured_on": measured_on, "models": models,
+                 "pair_seeds": pair_seeds, "measured_on": measured_on, "devices": devices,
+                 "models": models,
                  "curves": results, "remeasured": remeasured})
     return results, remeasured
 
@@ -165,6 +178,36 @@ def model_ids(inputs: SearchInputs) -> dict:
     if inputs.pretrained_xgb:
         ids["pretrained_xgb"] = ident(inputs.pretrained_xgb)
     return ids
+
+
+def device_name(device: dict | None) -> str | None:
+    """What a run or pair was measured on, as `Measurer.device` describes it, for comparing:
+    the device's model (the GPU's name, the CPU's), or the RPC key it was measured through;
+    None where nothing was recorded (runs and pairs made before devices were)."""
+    if not isinstance(device, dict):
+        return None
+    if device.get("model"):
+        return str(device["model"])
+    return f"RPC key {device['rpc_key']}" if device.get("rpc_key") else None
+
+
+def _check_devices(out: str, order, tuners: list[str], device: dict) -> None:
+    """Before anything is tuned: the finished runs and pairs of `order` ((seed, workload))
+    under `out` were measured on `device`, where they say what they were measured on."""
+    here = device_name(device)
+    for seed, w in order:
+        done = [os.path.join(run_dir(out, w.key, t, seed), "done") for t in tuners]
+        for path in [*done, pair_file(out, w.key, seed)]:
+            try:
+                with open(path) as f:
+                    made = json.load(f)
+            except (OSError, ValueError):
+                continue
+            there = device_name(made.get("device") if isinstance(made, dict) else None)
+            if here is not None and there is not None and there != here:
+                raise UserError(f"{path} was measured on {there} and this host measures on "
+                                f"{here}: a comparison's runs share one device; tune into "
+                                "another --out")
 
 
 def _read_pair(path: str, runs_to: dict[str, int], budgets: list[int], rounds: int,
@@ -204,7 +247,8 @@ def _tune_run(mod, target, tuner, trials, wd, measurer, inputs, trials_per_iter,
     tune_workload(mod, target, tuner, trials, wd, measurer, inputs, trials_per_iter,
                   progress=progress, desc=desc)
     _write_json(os.path.join(wd, "done"), {"trials": len(_finished(wd, 0) or []),
-                                           "models": uses, "threads": inputs.threads})
+                                           "models": uses, "threads": inputs.threads,
+                                           "device": measurer.device})
 
 
 def _run_pair(w, tuners, runs_to, budgets, seed, out, target, measurer, inputs,
@@ -227,7 +271,8 @@ def _finish_pair(w, tuners, runs_to, budgets, seed, out, target, measurer, round
     dirs = {t: run_dir(out, w.key, t, seed) for t in tuners}
     curves = {t: _finished(dirs[t], 0) or [] for t in tuners}
     pair = remeasure_finalists(w, dirs, runs_to, budgets, target, measurer, rounds)
-    pair.update(curves=curves, tuner_trials=runs_to, target=str(target), models=models)
+    pair.update(curves=curves, tuner_trials=runs_to, target=str(target), models=models,
+                device=measurer.device)
     _write_json(pair_file(out, w.key, seed), pair)
     return pair
 

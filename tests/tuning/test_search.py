@@ -3,6 +3,7 @@ pieces, on numbers made here (no tuning run; see test_tune.py for those)."""
 
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -165,6 +166,71 @@ def test_a_report_reads_finished_pairs_and_tunes_nothing(tmp_path):
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["pair_seeds"] == {done.key: [1]}
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_run_or_pair_measured_on_another_device_stops_the_comparison(tmp_path):
+    """A comparison's runs share one device: a finished run that says it was measured on
+    another one (a GPU, where this host measures on its CPU) stops the comparison before
+    anything is tuned, in one line, and is kept; so does such a pair. A report never puts pairs
+    of two devices in one table; pairs that recorded no device are read as before."""
+    import json
+
+    from datagen.errors import UserError
+    from datagen.measure import Measurer
+    from datagen.tvm_env import make_target
+    from datagen.workloads import resolve
+    from tuning.compare import device_name, pair_file, run_curves, run_dir
+    from tuning.tuner import SearchInputs
+
+    first, second = resolve(["dense/m128_n768_k768", "softmax/rows1536_cols128"])
+    out = str(tmp_path)
+    gpu = {"kind": "cuda", "model": "NVIDIA H100 80GB HBM3", "compute": "9.0"}
+    done = os.path.join(run_dir(out, second.key, "bo", 0), "done")
+    os.makedirs(os.path.dirname(done))
+    with open(done, "w") as f:
+        json.dump({"trials": 4, "models": {}, "device": gpu}, f)
+    target = make_target(None)
+    measurer = Measurer(target, protocol={"repeat": 2, "min_repeat_ms": 1})
+    try:
+        assert device_name(measurer.device) == measurer.device["model"] != gpu["model"]
+        with pytest.raises(UserError, match=re.escape(
+                f"{done} was measured on NVIDIA H100 80GB HBM3 and this host measures on "
+                f"{measurer.device['model']}: a comparison's runs share one device")):
+            run_curves([first, second], ["random", "bo"], 4, [0], out, target, measurer,
+                       SearchInputs(), 2, progress=False, rounds=2)
+        os.remove(done)
+        pair = {"rounds": 2, "tuner_trials": {"bo": 4}, "models": {}, "target": "{}",
+                "curves": {"bo": [3.0, 2.0, 2.0, 1.0]}, "budgets": {"4": {"bo": [1.0, 1.1]}},
+                "device": gpu}
+        path = pair_file(out, second.key, 0)
+        os.makedirs(os.path.dirname(path))
+        with open(path, "w") as f:
+            json.dump(pair, f)
+        with pytest.raises(UserError, match="was measured on NVIDIA H100 80GB HBM3"):
+            run_curves([first, second], ["bo"], 4, [0], out, target, measurer,
+                       SearchInputs(), 2, progress=False, rounds=2)
+    finally:
+        measurer.close()
+    # nothing tuned: no run of either workload but the one written here
+    assert os.listdir(os.path.join(out, "runs")) == [second.key.replace("/", "__")]
+    assert os.listdir(os.path.join(out, "runs", second.key.replace("/", "__"))) == ["bo"]
+    assert os.listdir(os.path.dirname(done)) == []
+
+    def report():
+        return run_curves([first, second], ["bo"], 4, [0], out, None, None, SearchInputs(), 4,
+                          rounds=2, finished_only=True)
+
+    with open(pair_file(out, first.key, 0), "w") as f:  # made before pairs named a device
+        json.dump({k: v for k, v in pair.items() if k != "device"}, f)
+    results, _ = report()
+    assert list(results) == [first.key, second.key]
+    assert json.loads((tmp_path / "results.json").read_text())["devices"] == {
+        first.key: [None], second.key: [gpu["model"]]}
+    with open(pair_file(out, first.key, 0), "w") as f:
+        json.dump({**pair, "device": {"kind": "cuda", "model": "NVIDIA H200"}}, f)
+    with pytest.raises(UserError, match=r"measured on different devices \(NVIDIA H100 80GB "
+                       r"HBM3, NVIDIA H200\)"):
+        report()
 
 
 def test_a_report_reads_pairs_of_other_models_but_never_mixes_two(tmp_path):

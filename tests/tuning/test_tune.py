@@ -332,7 +332,7 @@ def test_runs_of_several_pairs_side_by_side_in_their_own_processes(tiny_checkpoi
         for (tuner, _), wd in dirs.items():
             with open(os.path.join(wd, "done")) as f:
                 assert json.load(f) == {"trials": 4, "models": _models_used(tuner, models),
-                                        "threads": threads}
+                                        "threads": threads, "device": measurer.device}
             (curve,) = read_curve(wd).values()
             assert len(curve) == 4
         assert _models_used("bo", models) == models  # bo's names the checkpoint it loaded
@@ -344,7 +344,7 @@ def test_runs_of_several_pairs_side_by_side_in_their_own_processes(tiny_checkpoi
             with open(path) as f:
                 pair = json.load(f)
             assert pair["curves"] == {t: results[w.key][t][s] for t in tuners}
-            assert pair["models"] == models
+            assert pair["models"] == models and pair["device"] == measurer.device
         kept = {p: os.path.getmtime(p) for p in [*pairs, *(os.path.join(
             wd, "database_tuning_record.json") for wd in dirs.values())]}
         again = run_curves([w], tuners, 4, seeds, out, target, measurer, inputs, 2,
