@@ -105,7 +105,7 @@ def test_a_space_that_runs_out_of_new_schedules_stops_the_draw_early():
     sampler.max_attempts = 64  # the budget would be 100 x 64 draws
     calls = []
     finish = sampler._finish
-    sampler._finish = lambda trace, seed: calls.append(seed) or finish(trace, seed)
+    sampler._finish = lambda trace, seed, *rest: calls.append(seed) or finish(trace, seed, *rest)
     seen: set[str] = set()
     drawn = sampler.random(100, seed=1, seen=seen)
     assert 0 < len(drawn) < 100 and len(seen) == len(drawn)
@@ -115,3 +115,66 @@ def test_a_space_that_runs_out_of_new_schedules_stops_the_draw_early():
     calls.clear()
     children = sampler.evolve([c.trace_json for c in drawn[:4]], 100, seed=3, seen=seen)
     assert len(children) < 100 and len(calls) < 100 * 64 // 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", ["dense/m197_n2304_k768",
+                                 "conv2d/h28_w28_ci128_co128_k3_stride1_pad1",
+                                 "softmax/rows1536_cols128"])
+def test_gpu_draws_rejected_early_are_the_ones_the_postprocessors_reject(key):
+    """For a GPU, a draw is rejected as soon as its tiled block's threads break their bounds
+    (after the bounds prefix of its space, then after the whole replay): only draws that the
+    postprocessors (VerifyGPUCode) reject, most of those of dense and conv2d, and the rounds
+    drawn are the same as without the early check."""
+    import numpy as np
+    from tvm.s_tir import Schedule, Trace
+
+    from datagen.sampler import breaks_thread_bounds
+    from datagen.workloads import from_key
+
+    mod, h100 = from_key(key).mod, make_target("nvidia/nvidia-h100")
+    early, plain = ScheduleSampler(mod, h100), ScheduleSampler(mod, h100)
+    assert early.checks_thread_bounds
+    plain.checks_thread_bounds, plain.prefixes = False, [None] * len(plain.spaces)
+
+    def breaks(trace, seed):
+        sch = Schedule(mod, seed=seed, debug_mask=0)
+        trace.apply_to_schedule(sch, remove_postproc=True)
+        return breaks_thread_bounds(sch.mod)
+
+    rng = np.random.default_rng(0)
+    rejected = at_prefix = after_replay = 0
+    for _ in range(40):
+        i, seed = int(rng.integers(len(early.spaces))), int(rng.integers(1, 2**31 - 1))
+        trace, prefix = Trace(early.spaces[i].insts, {}), early.prefixes[i]
+        by_prefix = prefix is not None and breaks(prefix, seed)
+        by_replay = breaks(trace, seed)
+        assert by_replay or not by_prefix  # the prefix decides what the whole replay does
+        if plain._finish(trace, seed) is None:
+            rejected += 1
+            at_prefix += by_prefix
+            after_replay += by_replay
+        else:
+            assert not by_replay, "a draw the postprocessors accept broke its thread bounds"
+    if key.startswith("softmax"):  # no tiled block: nothing to check
+        assert early.prefixes == [None] * len(early.spaces) and after_replay == 0
+    else:
+        assert rejected > 0 and at_prefix == after_replay >= rejected / 2
+    drawn = early.random(3, seed=4, seen=set())
+    assert [c.trace_hash for c in drawn] == [c.trace_hash for c in plain.random(3, 4, set())]
+    parents = [c.trace_json for c in drawn]
+    assert [c.trace_hash for c in early.evolve(parents, 3, 5, set())] == \
+        [c.trace_hash for c in plain.evolve(parents, 3, 5, set())]
+
+
+def test_the_early_thread_check_stands_in_only_for_gpu_postprocessors_it_knows():
+    from tvm.s_tir import meta_schedule as ms
+
+    from datagen.sampler import _thread_bounds_checked_first
+
+    assert not ScheduleSampler(MATMUL.mod, make_target(None)).checks_thread_bounds
+    assert _thread_bounds_checked_first([ms.postproc.RewriteCooperativeFetch(),
+                                         ms.postproc.VerifyGPUCode()])
+    # a postprocessor it does not know may move threads before VerifyGPUCode looks
+    assert not _thread_bounds_checked_first([ms.postproc.RewriteTensorize(),
+                                             ms.postproc.VerifyGPUCode()])
