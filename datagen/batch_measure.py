@@ -94,14 +94,16 @@ def _spread(latencies: list[float]) -> float:
     return statistics.pstdev(latencies) / statistics.fmean(latencies)
 
 
-def device_description(dev, kind: str) -> dict:
+def device_description(dev, kind: str, remote: bool = False) -> dict:
     """The device as records name it: model, compute capability, the CUDA driver and runtime
-    API versions as the TVM runtime reports them, and for NVIDIA GPUs the kernel driver's."""
+    API versions as the TVM runtime reports them, and for NVIDIA GPUs the kernel driver's.
+    `remote`: `dev` is a device of an RPC session, so what only its host's files say (the
+    CPU's model, the kernel driver's version) is left out."""
     if kind == "cpu":
-        return {"kind": "cpu", "model": _host_cpu()}
+        return {"kind": "cpu"} if remote else {"kind": "cpu", "model": _host_cpu()}
     out = {"kind": kind, "model": dev.device_name, "compute": dev.compute_version,
            "driver": dev.driver_version, "api": dev.api_version}
-    if kind == "cuda":
+    if kind == "cuda" and not remote:
         out["nvidia_driver"] = nvidia_driver_version()
     return out
 

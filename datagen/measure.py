@@ -27,7 +27,6 @@ from datagen.errors import UserError
 
 DEFAULT_PROTOCOL = {"warmup": 1, "repeat": 5, "number": 1, "min_repeat_ms": 20}
 DEFAULT_RUN_TIMEOUT_SEC = 10.0
-TRACKER_CONNECT_TIMEOUT_SEC = 5
 
 # status values of a measured candidate
 OK = "ok"
@@ -81,6 +80,7 @@ class MeasureResult:
 
 
 TRACKER_CONNECT_SEC = 5.0  # how long a tracker that refuses connections is tried again
+SESSION_WAIT_SEC = 60.0  # how long a collection waits at its start for a server of its key
 
 
 def _listening(host: str, port: int, within: float) -> bool:
@@ -137,6 +137,50 @@ class Tracker:
         if self.key not in keys:
             raise UserError(f"RPC tracker at {self.host}:{self.port} has no server with key "
                             f"{self.key!r} (keys: {', '.join(sorted(keys)) or 'none'})")
+
+    def device(self, device_type: str, wait: float = SESSION_WAIT_SEC) -> dict:
+        """Device 0 of `device_type` ("cpu", "cuda", ...) on a server of this key, as records
+        name it (`batch_measure.device_description` of a remote device), with the key. One
+        session of the tracker's, asked for at most `wait` seconds: a key names one kind of
+        device, so whichever server answers speaks for all of them.
+
+        Raises:
+            UserError: no server of the key answered within `wait`, or the one that did has
+                no such device.
+        """
+        import threading
+
+        from tvm import rpc
+
+        from datagen.batch_measure import device_description
+
+        answer: dict = {}
+
+        def ask() -> None:  # the tracker's request has no timeout of its own
+            try:
+                session = rpc.connect_tracker(self.host, self.port).request(
+                    self.key, priority=1, session_timeout=max(1, int(wait)))
+                dev = session.device(device_type, 0)
+                answer["device"] = device_description(dev, device_type, remote=True) \
+                    if dev.exist else None
+            except Exception as err:  # noqa: BLE001  (tracker, session and device errors)
+                last = (str(err).strip().splitlines() or [""])[-1]
+                answer["error"] = f"{type(err).__name__}: {last}".rstrip(": ")
+
+        thread = threading.Thread(target=ask, name="datagen-rpc-device", daemon=True)
+        thread.start()
+        thread.join(wait)
+        where = f"RPC tracker at {self.host}:{self.port}"
+        if not answer:
+            raise UserError(f"{where}: no server of key {self.key!r} answered within {wait:g} s "
+                            "(all busy, or gone)")
+        if "error" in answer:
+            raise UserError(f"{where}: the server of key {self.key!r} failed to open a session "
+                            f"({answer['error']})")
+        if answer["device"] is None:
+            raise UserError(f"{where}: the server of key {self.key!r} has no {device_type} "
+                            "device; start it on a host with one, or give the key of one that has")
+        return {**answer["device"], "rpc_key": self.key}
 
 
 def local_device(target_kind: str) -> dict:
@@ -221,7 +265,9 @@ class Measurer:
     Args:
         target: the `tvm.target.Target` to build for.
         protocol: warm-up/repeat/number/min_repeat_ms (see module docstring).
-        tracker: measure through this RPC tracker instead of on this machine.
+        tracker: measure through this RPC tracker instead of on this machine; its servers'
+            device is checked and described first (`Tracker.device`), and asked again after
+            a failed run, as this host's GPU is.
         num_threads: runtime threads for local measurement (TVM_NUM_THREADS).
         build_workers: builder processes.
         build_timeout: seconds before a build is killed.
@@ -263,8 +309,12 @@ class Measurer:
         self.build_wall = 0.0  # seconds spent building, over the measurer's life
         self.run_wall = 0.0  # seconds spent measuring
         self.stop = None  # a threading.Event: once set, `run_built` stops before the next run
-        self.device = local_device(target.kind.name) if tracker is None else \
-            {"kind": target.kind.name, "rpc_key": tracker.key}
+        self.run_timeout = run_timeout
+        if tracker is not None:  # before the builder starts its workers
+            tracker.check()
+            self.device = tracker.device(self.device_type)
+        else:
+            self.device = local_device(target.kind.name)
         if self.device.get("present") is False:
             raise UserError(
                 f"measuring a {target.kind.name} target needs a {target.kind.name} device and "
@@ -277,8 +327,6 @@ class Measurer:
         on_local_gpu = tracker is None and self.device_type != "cpu"
         if shared_library is None:
             shared_library = on_local_gpu
-        if tracker is not None:
-            tracker.check()  # before the builder starts its workers
         self.kernel_cache = tempfile.mkdtemp(prefix="datagen-kernels-") \
             if on_local_gpu and self.device_type == "cuda" else None
         self.builder = PersistentBuilder(target.kind.name, build_workers,
@@ -294,9 +342,17 @@ class Measurer:
             if device_lock is not None:
                 self.runner = _exclusive_runner_class()(self.runner, device_lock)
         else:
+            from tvm.support.popen_pool import PopenPoolExecutor
+
             config = RPCConfig(tracker.host, tracker.port, tracker.key,
                                session_timeout_sec=int(math.ceil(run_timeout)))
             self.runner = RPCRunner(config, evaluator, max_workers=1)
+            # TVM's RPCRunner waits for its worker without a limit, so a run whose server went
+            # away (its request for a session pending for ever) would hang the collection: its
+            # worker gets the run timeout, as LocalRunner's does
+            unlimited, self.runner.pool = self.runner.pool, PopenPoolExecutor(
+                max_workers=1, timeout=config.session_timeout_sec)
+            unlimited.shutdown(wait=False)
 
     def measure(self, mods: list, retry_cv: float | None = None) -> list[MeasureResult]:
         """Build all scheduled `mods`, then run the built ones one at a time.
@@ -390,9 +446,20 @@ class Measurer:
             raise KeyboardInterrupt
 
     def _check_device(self) -> None:
-        """After a failed run on this host's GPU: fail with one line if the GPU is gone, so the
-        failure is not recorded as the program's (an RPC device or the CPU is not checked)."""
-        if self.tracker is not None or self.device_type == "cpu":
+        """After a failed run on this host's GPU or through an RPC tracker: fail with one line
+        if the device is gone (for RPC: no server of the key gives a session with it within the
+        run timeout), so the failure is not recorded as the program's. This host's CPU is not
+        checked."""
+        if self.tracker is not None:
+            try:
+                self.tracker.check()
+                self.tracker.device(self.device_type, wait=max(self.run_timeout, 1.0))
+            except UserError as err:
+                raise UserError(f"the {self.device_type} device disappeared while measuring "
+                                f"({err}); every round committed before is kept: run the same "
+                                "command again when it is back") from None
+            return
+        if self.device_type == "cpu":
             return
         import tvm
 
