@@ -136,7 +136,9 @@ def read(path: str) -> dict:
         if "Weights only load failed" in text or "Unsupported global" in text:
             raise UserError(f"{path} was refused: it holds objects other than tensors and plain "
                             "containers, and loading those could run code") from None
-        raise UserError(f"{path} is not a readable checkpoint ({type(err).__name__})") from None
+        raise UserError(f"{path} is not a readable checkpoint: not a file that torch.save "
+                        f"wrote, or a damaged one ({type(err).__name__}); give one that "
+                        "'train fit' wrote") from None
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get(META_KEY), dict):
         raise UserError(f"{path} is not a cost-model checkpoint (no '{META_KEY}' entry)")
     return ckpt

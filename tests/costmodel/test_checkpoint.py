@@ -133,8 +133,12 @@ def test_missing_and_foreign_files(tmp_path):
     with pytest.raises(UserError, match="is not a cost-model checkpoint"):
         checkpoint.load(str(tmp_path / "other.ckpt"))
     (tmp_path / "text.ckpt").write_text("hello")
-    with pytest.raises(UserError, match="is not a readable checkpoint"):
+    with pytest.raises(UserError, match="is not a readable checkpoint: not a file that "
+                                        "torch.save wrote"):
         checkpoint.load(str(tmp_path / "text.ckpt"))
+    (tmp_path / "empty.ckpt").write_bytes(b"")
+    with pytest.raises(UserError, match="is not a readable checkpoint"):
+        checkpoint.load(str(tmp_path / "empty.ckpt"))
 
 
 def test_convert_a_format_1_checkpoint(tmp_path, graphs, target):
