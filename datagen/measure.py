@@ -445,32 +445,34 @@ class Measurer:
         if self.stop is not None and self.stop.is_set():
             raise KeyboardInterrupt
 
-    def _check_device(self) -> None:
-        """After a failed run on this host's GPU or through an RPC tracker: fail with one line
-        if the device is gone (for RPC: no server of the key gives a session with it within the
-        run timeout), so the failure is not recorded as the program's. This host's CPU is not
-        checked."""
+    def device_lost(self) -> str | None:
+        """After a failed run: whether the device it ran on is gone, so that the failure is not
+        taken for the program's. None where the device is there (or not checked: this host's
+        CPU); where it is gone, what says so ("" for this host's GPU; for RPC, why no server of
+        the key gave a session with the device within the run timeout, in parentheses)."""
         if self.tracker is not None:
             try:
                 self.tracker.check()
                 self.tracker.device(self.device_type, wait=max(self.run_timeout, 1.0))
             except UserError as err:
-                raise UserError(f"the {self.device_type} device disappeared while measuring "
-                                f"({err}); every round committed before is kept: run the same "
-                                "command again when it is back") from None
-            return
+                return f" ({err})"
+            return None
         if self.device_type == "cpu":
-            return
+            return None
         import tvm
 
         try:
             present = tvm.device(self.device_type, 0).exist
         except Exception:  # noqa: BLE001  (a lost device may raise rather than answer)
             present = False
-        if not present:
-            raise UserError(f"the {self.device_type} device disappeared while measuring; every "
-                            "round committed before is kept: run the same command again when "
-                            "it is back")
+        return None if present else ""
+
+    def _check_device(self) -> None:
+        lost = self.device_lost()
+        if lost is not None:
+            raise UserError(f"the {self.device_type} device disappeared while measuring{lost}; "
+                            "every round committed before is kept: run the same command again "
+                            "when it is back")
 
     def close(self) -> None:
         """Stop the builder's and the runner's worker processes."""

@@ -182,13 +182,44 @@ class ProgressBar(PyMeasureCallback):
         self.bar.close()
 
 
+@derived_object
+class DeviceCheck(PyMeasureCallback):
+    """A MetaSchedule measure callback, the first of a tuning run's: after a round in which a
+    built program failed to run, it asks the measurer whether the device is gone
+    (`Measurer.device_lost`: this host's GPU, or an RPC tracker's servers); if so it stops the
+    tuning before that round reaches the database, keeping the reason in `lost` (MetaSchedule
+    hands the exception back as a RuntimeError)."""
+
+    def __init__(self, measurer, work_dir: str):
+        super().__init__()
+        self.measurer = measurer
+        self.work_dir = work_dir
+        self.lost: UserError | None = None
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
+              runner_results) -> None:
+        if not any(built.error_msg is None and ran.error_msg is not None
+                   for built, ran in zip(builder_results, runner_results)):
+            return
+        why = self.measurer.device_lost()
+        if why is not None:
+            self.lost = UserError(
+                f"the {self.measurer.device_type} device disappeared while tuning{why}; the "
+                f"trials measured before are in {self.work_dir} (this round's are not)")
+            raise self.lost
+
+
 @contextlib.contextmanager
-def _tuning(target, tuner: str, trials: int, work_dir: str, inputs: SearchInputs,
+def _tuning(target, tuner: str, trials: int, work_dir: str, measurer, inputs: SearchInputs,
             progress: bool, desc: str):
     """What every MetaSchedule tuning call here shares: the checks, the tensor intrinsics of
     the target only, the tuner's (strategy, cost model), quiet and robust logging, and the
-    measure callbacks with a progress bar. Yields the keyword arguments for `tune_tir` and
-    `tune_relax`."""
+    measure callbacks: the device check first (`DeviceCheck`), a progress bar last. Yields the
+    keyword arguments for `tune_tir` and `tune_relax`.
+
+    Raises:
+        UserError: the device disappeared during the tuning.
+    """
     from tvm.s_tir import meta_schedule as ms
 
     from datagen.tvm_env import load_tensor_intrinsics, metaschedule_logging
@@ -199,11 +230,15 @@ def _tuning(target, tuner: str, trials: int, work_dir: str, inputs: SearchInputs
     strategy, cost_model = make_search(tuner, inputs)
     os.makedirs(work_dir, exist_ok=True)
     logging.getLogger(METASCHEDULE_LOGGER).setLevel(logging.WARNING)  # log files keep all
-    bar = ProgressBar(trials, desc or tuner, progress)
+    check, bar = DeviceCheck(measurer, work_dir), ProgressBar(trials, desc or tuner, progress)
     try:
         with metaschedule_logging():
             yield {"strategy": strategy, "cost_model": cost_model, "seed": inputs.seed,
-                   "measure_callbacks": [*ms.MeasureCallback.create("default"), bar]}
+                   "measure_callbacks": [check, *ms.MeasureCallback.create("default"), bar]}
+    except Exception:
+        if check.lost is not None:
+            raise check.lost from None
+        raise
     finally:
         bar.close()
 
@@ -215,7 +250,7 @@ def tune_workload(mod, target, tuner: str, trials: int, work_dir: str, measurer,
     """Tune one TIR workload into the JSON database in `work_dir`; returns the database."""
     from tvm.s_tir import meta_schedule as ms
 
-    with _tuning(target, tuner, trials, work_dir, inputs, progress, desc) as search:
+    with _tuning(target, tuner, trials, work_dir, measurer, inputs, progress, desc) as search:
         return ms.tune_tir(mod, target, work_dir, max_trials_global=trials,
                            num_trials_per_iter=min(trials_per_iter, trials),
                            builder=measurer.builder, runner=measurer.runner,
@@ -228,7 +263,7 @@ def tune_network(mod, params, target, tuner: str, trials: int, work_dir: str, me
     """Tune every task of a relax module (trials spread by task weight); returns the database."""
     from tvm.s_tir import meta_schedule as ms
 
-    with _tuning(target, tuner, trials, work_dir, inputs, progress, tuner) as search:
+    with _tuning(target, tuner, trials, work_dir, measurer, inputs, progress, tuner) as search:
         return ms.relax_integration.tune_relax(
             mod, params, target, work_dir, max_trials_global=trials,
             num_trials_per_iter=trials_per_iter, builder=measurer.builder,

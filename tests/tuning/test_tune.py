@@ -258,6 +258,55 @@ def test_interrupted_run_keeps_its_measurements(tiny_checkpoint, tmp_path):
     assert all(json.loads(line) for line in lines)  # every committed record is whole
 
 
+# From the second round on, the runs go to this host's GPU, which is not there (no GPU in CI), as
+# the runs of a tuner whose GPU went away would: the real runner fails, and the device check
+# finds the device gone.
+LOSE_THE_GPU = """
+import sys
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerInput
+from datagen import measure
+from tuning import cli
+
+@derived_object
+class ToAbsentGpu(PyRunner):
+    def __init__(self, runner, measurer):
+        super().__init__()
+        self.runner, self.measurer, self.rounds = runner, measurer, 0
+
+    def run(self, inputs):
+        self.rounds += 1
+        if self.rounds > 1:
+            self.measurer.device_type = "cuda"
+            inputs = [RunnerInput(i.artifact_path, "cuda", i.args_info) for i in inputs]
+        return self.runner.run(inputs)
+
+real_init = measure.Measurer.__init__
+
+def __init__(self, *args, **kwargs):
+    real_init(self, *args, **kwargs)
+    self.runner = ToAbsentGpu(self.runner, self)
+
+measure.Measurer.__init__ = __init__
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_a_gpu_lost_mid_tuning_is_one_line_and_keeps_the_trials_before(tmp_path):
+    """A round whose programs fail to run on a device that is gone stops the tuning with one
+    line and exit status 2, before that round reaches the database: the rounds before it stay
+    there, and no failure is recorded for the lost device."""
+    out = tmp_path / "lost"
+    proc = subprocess.run([sys.executable, "-c", LOSE_THE_GPU, "run", WORKLOAD, "--tuner",
+                           "random", "--trials", "12", "--trials-per-iter", "4", "--out",
+                           str(out), "--no-progress"],
+                          capture_output=True, text=True, timeout=600)
+    assert_clean_error(proc, "the cuda device disappeared while tuning; the trials measured "
+                             "before are in", prog="tune")
+    curve = next(iter(read_curve(str(out / WORKLOAD.replace("/", "__"))).values()))
+    assert len(curve) == 4 and all(math.isfinite(latency) for latency in curve)
+
+
 @pytest.mark.parametrize("args, match", [
     (["run", "no/such_workload"], "unknown workload"),
     (["run", WORKLOAD, "--trials", "0"], "--trials must be at least 1"),
