@@ -40,6 +40,7 @@ import hashlib
 import json
 import math
 import os
+import platform
 import statistics
 import sys
 import time
@@ -100,7 +101,7 @@ def device_description(dev, kind: str, remote: bool = False) -> dict:
     `remote`: `dev` is a device of an RPC session, so what only its host's files say (the
     CPU's model, the kernel driver's version) is left out."""
     if kind == "cpu":
-        return {"kind": "cpu"} if remote else {"kind": "cpu", "model": _host_cpu()}
+        return {"kind": "cpu"} if remote else {"kind": "cpu", "model": host_cpu_model()}
     out = {"kind": kind, "model": dev.device_name, "compute": dev.compute_version,
            "driver": dev.driver_version, "api": dev.api_version}
     if kind == "cuda" and not remote:
@@ -119,7 +120,8 @@ def nvidia_driver_version() -> str:
     return next((w for w in words if w[:1].isdigit() and "." in w), "")
 
 
-def _host_cpu() -> str:
+def host_cpu_model() -> str:
+    """The marketing name of the host CPU from /proc/cpuinfo, else the platform string."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
             for line in cpuinfo:
@@ -127,7 +129,7 @@ def _host_cpu() -> str:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return ""
+    return platform.processor() or platform.machine()
 
 
 def _inputs(args_info: list, dev, rng) -> list:
@@ -448,7 +450,7 @@ def measure_batch(batch_dir: str, results_path: str | None = None, progress: boo
     if not dev.exist:
         raise BatchError(f"this host has no {kind} device; {where}")
     device = device_description(dev, kind)
-    host_cpu = _host_cpu()
+    host_cpu = host_cpu_model()
     # the runtime's CPU threads (what a CPU measurement depends on; none for a GPU kernel)
     threads = int(os.environ.get("TVM_NUM_THREADS") or os.cpu_count()) if kind == "cpu" else 0
     done = read_results(results_path, batch_id)

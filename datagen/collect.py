@@ -25,11 +25,12 @@ import sys
 import time
 
 from datagen import records
+from datagen.batch_measure import host_cpu_model
 from datagen.errors import UserError
 from datagen.measure import (DEFAULT_RUN_TIMEOUT_SEC, OK, Measurer, MeasureResult, Tracker,
                              latency_stats)
 from datagen.sampler import Candidate, ScheduleSampler, derive_seed
-from datagen.tvm_env import describe_target, host_cpu_model, target_json, versions
+from datagen.tvm_env import describe_target, target_json, versions
 from datagen.workloads import Workload
 
 DEFAULT_PER_WORKLOAD = 32

@@ -188,15 +188,13 @@ def local_device(target_kind: str) -> dict:
     compute capability, driver and runtime API versions (as the TVM runtime reports them)."""
     import tvm
 
-    from datagen.tvm_env import host_cpu_model
+    from datagen.batch_measure import device_description, host_cpu_model
 
     if target_kind == "llvm":
         return {"kind": "cpu", "model": host_cpu_model()}
     dev = tvm.device(target_kind, 0)
     if not dev.exist:
         return {"kind": target_kind, "present": False}
-    from datagen.batch_measure import device_description
-
     return device_description(dev, target_kind)
 
 

@@ -17,7 +17,6 @@ import inspect
 import json
 import logging
 import os
-import platform
 import sys
 import types
 from typing import Any
@@ -112,18 +111,6 @@ def host_cpu() -> str:
     import tvm_ffi
 
     return str(tvm_ffi.get_global_func("target.llvm_get_system_cpu")())
-
-
-def host_cpu_model() -> str:
-    """The marketing name of the host CPU from /proc/cpuinfo, else the platform string."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def default_num_threads() -> int:
