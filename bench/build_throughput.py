@@ -52,8 +52,8 @@ def main() -> None:
 
     from datagen.builder import PersistentBuilder, remove_artifact
     from datagen.sampler import ScheduleSampler
+    from datagen.suites import resolve
     from datagen.tvm_env import make_target
-    from datagen.workloads import resolve
 
     target = make_target(args.target)
     workloads = resolve(args.workloads)

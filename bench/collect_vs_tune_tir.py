@@ -44,8 +44,8 @@ def tune_tir_worker(workloads: list[str], trials: int, work_dir: str,
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.database import JSONDatabase
 
+    from datagen.suites import resolve
     from datagen.tvm_env import make_target
-    from datagen.workloads import resolve
 
     target = make_target(target_arg)
     measured = 0

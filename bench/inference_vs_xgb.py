@@ -40,8 +40,8 @@ def main() -> None:
     from costmodel.predictor import CostModelPredictor
     from datagen.records import read_records
     from datagen.sampler import ScheduleSampler
+    from datagen.suites import resolve
     from datagen.tvm_env import make_target
-    from datagen.workloads import resolve
     from training.baselines import fit_xgb
 
     target = make_target(None)

@@ -37,8 +37,8 @@ def one(args) -> None:
     """In a process of its own (the runtime's thread count is read at start-up): time the
     rounds of each tuner and print one line per round."""
     from costmodel import checkpoints
+    from datagen.suites import resolve
     from datagen.tvm_env import load_tensor_intrinsics, make_target
-    from datagen.workloads import resolve
     from tuning.pretrained_xgb import pretrained_xgb_file
     from tuning.tuner import SearchInputs, load_predictor
 

@@ -98,8 +98,8 @@ LONG_TUNERS = ["ms-xgb-pretrained", "ms-default"]  # the baselines that the targ
 
 
 def part(name, workloads, checkpoint, args, target, measurer) -> None:
+    from datagen.suites import resolve
     from datagen.tvm_env import describe_target
-    from datagen.workloads import resolve
     from tuning.compare import (format_summary, model_ids, plot_curves, run_curves,
                                 same_models, summarize)
     from tuning.pretrained_xgb import pretrained_xgb_file

@@ -33,8 +33,8 @@ def _config(args, dataset: str, tracker=None, threads: int | None = None,
             run_timeout: float = DEFAULT_RUN_TIMEOUT_SEC):
     """The `CollectConfig` of a collect or pack command line."""
     from datagen.collect import CollectConfig
+    from datagen.suites import resolve
     from datagen.tvm_env import make_target
-    from datagen.workloads import resolve
 
     if args.per_workload < 1 or args.batch_size < 1:
         raise UserError("--per-workload and --batch-size must be at least 1")
@@ -156,7 +156,7 @@ def _stats(args) -> int:
 
 
 def _workloads(args) -> int:
-    from datagen.workloads import all_suites, get_suite
+    from datagen.suites import all_suites, get_suite
 
     if args.suite:
         for w in get_suite(args.suite):

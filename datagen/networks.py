@@ -25,11 +25,11 @@ import functools
 import gzip
 import json
 import os
-import re
 import sys
 from collections.abc import Callable
 
 from datagen.errors import UserError
+from datagen.torch_import import relax_module, task_family, task_pattern
 from datagen.workloads import Workload
 
 CATALOG = os.path.join(os.path.dirname(__file__), "network_tasks.jsonl.gz")
@@ -140,49 +140,6 @@ NETWORKS: dict[str, Network] = {n.name: n for n in [
 ]}
 
 
-def _words(name: str) -> list[str]:
-    """The op names of a task name without the numbering relax adds (conv2d3 -> conv2d)."""
-    return [w for w in (re.sub(r"\d+$", "", t) for t in name.split("_")) if w and w != "fused"]
-
-
-def _tokens_of(name: str) -> set[str]:
-    return set(_words(name))
-
-
-def task_family(name: str, mod) -> str:
-    """A coarse operator family of a fused task, from its name and its anchor's shapes.
-
-    conv2d tasks split into conv2d, depthwise_conv2d and group_conv2d by their weight's
-    input channels; matmuls into dense (a 2-D weight) and batch_matmul; then softmax,
-    layer_norm (any normalisation), pool2d, reduction, gather, and elementwise for the rest
-    (reshapes, transposes, activations, casts).
-    """
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-
-    tokens = _tokens_of(name)
-    shapes = [[int(d) for d in a.shape] for a in ArgInfo.from_prim_func(mod["main"])]
-    if "conv2d" in tokens or "conv1d" in tokens:
-        data, weight = shapes[0], shapes[1]
-        if len(data) == 4 and len(weight) == 4 and weight[1] < data[1]:
-            return "depthwise_conv2d" if weight[1] == 1 else "group_conv2d"
-        return "conv2d"
-    if "matmul" in tokens or "dense" in tokens:
-        return "batch_matmul" if len(shapes) > 1 and len(shapes[1]) >= 3 else "dense"
-    for family, words in [("softmax", {"softmax"}),
-                          ("layer_norm", {"norm", "layer", "group", "rms", "instance"}),
-                          ("pool2d", {"pool2d", "pool"}),
-                          ("reduction", {"mean", "sum", "max", "min", "variance", "std", "prod"}),
-                          ("gather", {"take", "gather", "embedding"})]:
-        if tokens & words:
-            return family
-    return "elementwise"
-
-
-def _pattern(name: str) -> str:
-    """The task name without the numbering relax adds: fused_conv2d3_add2 -> conv2d_add."""
-    return "_".join(_words(name))
-
-
 def extract_network(network: Network, target) -> list[tuple[int, str, object, int, str]]:
     """The tasks of every input variant of one network: (structural hash, task name, IRModule,
     weight, variant)."""
@@ -190,7 +147,6 @@ def extract_network(network: Network, target) -> list[tuple[int, str, object, in
     import tvm_ffi
     from tvm.s_tir import meta_schedule as ms
 
-    from datagen.torch_import import relax_module
 
     torch.manual_seed(0)
     model = network.build().eval()
@@ -267,7 +223,7 @@ def extract(names: list[str], target, path: str = CATALOG, progress: bool = True
             entry = tasks.get(key)
             if entry is None:
                 entry = tasks[key] = {
-                    "hash": key, "name": f"{_pattern(task_name)[:60]}_{key}",
+                    "hash": key, "name": f"{task_pattern(task_name)[:60]}_{key}",
                     "family": task_family(task_name, mod), "ir": tvm.ir.save_json(mod),
                     "sources": []}
             entry["sources"].append({"network": name, "input": variant, "weight": weight})

@@ -2,7 +2,7 @@
 
 The model is given as a `torch.export` program (`torch.export.save(ep, "model.pt2")`), which
 carries its example inputs, so no model code is executed when loading it. Each extracted task
-becomes a `Workload` (key `torch/NAME`, family from `datagen.networks.task_family`) whose
+becomes a `Workload` (key `torch/NAME`, family from `task_family`) whose
 IRModule travels with it, and whose weight is the
 number of times the task occurs in the model.
 """
@@ -38,7 +38,6 @@ def workloads_from_exported(exported_program, target, network: str = "torch") ->
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from datagen.networks import task_family
 
     load_tensor_intrinsics(target.kind.name)
     tasks = ms.relax_integration.extract_tasks(relax_module(exported_program, target), target)
@@ -91,3 +90,46 @@ def workloads_from_file(path: str, target) -> list[Workload]:
     if not workloads:
         raise UserError(f"{path} has no operator MetaSchedule can tune")
     return workloads
+
+
+def _words(name: str) -> list[str]:
+    """The op names of a task name without the numbering relax adds (conv2d3 -> conv2d)."""
+    return [w for w in (re.sub(r"\d+$", "", t) for t in name.split("_")) if w and w != "fused"]
+
+
+def _tokens_of(name: str) -> set[str]:
+    return set(_words(name))
+
+
+def task_family(name: str, mod) -> str:
+    """A coarse operator family of a fused task, from its name and its anchor's shapes.
+
+    conv2d tasks split into conv2d, depthwise_conv2d and group_conv2d by their weight's
+    input channels; matmuls into dense (a 2-D weight) and batch_matmul; then softmax,
+    layer_norm (any normalisation), pool2d, reduction, gather, and elementwise for the rest
+    (reshapes, transposes, activations, casts).
+    """
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    tokens = _tokens_of(name)
+    shapes = [[int(d) for d in a.shape] for a in ArgInfo.from_prim_func(mod["main"])]
+    if "conv2d" in tokens or "conv1d" in tokens:
+        data, weight = shapes[0], shapes[1]
+        if len(data) == 4 and len(weight) == 4 and weight[1] < data[1]:
+            return "depthwise_conv2d" if weight[1] == 1 else "group_conv2d"
+        return "conv2d"
+    if "matmul" in tokens or "dense" in tokens:
+        return "batch_matmul" if len(shapes) > 1 and len(shapes[1]) >= 3 else "dense"
+    for family, words in [("softmax", {"softmax"}),
+                          ("layer_norm", {"norm", "layer", "group", "rms", "instance"}),
+                          ("pool2d", {"pool2d", "pool"}),
+                          ("reduction", {"mean", "sum", "max", "min", "variance", "std", "prod"}),
+                          ("gather", {"take", "gather", "embedding"})]:
+        if tokens & words:
+            return family
+    return "elementwise"
+
+
+def task_pattern(name: str) -> str:
+    """The task name without the numbering relax adds: fused_conv2d3_add2 -> conv2d_add."""
+    return "_".join(_words(name))

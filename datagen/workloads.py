@@ -10,7 +10,6 @@ PrimFunc back. Workloads imported from a PyTorch model carry their IRModule inst
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 from collections.abc import Callable
 from functools import cached_property
@@ -123,7 +122,7 @@ class Workload:
 
     Args:
         family: operator family (a key of `FAMILIES`, or for tasks imported from a network
-            the coarse family of `datagen.networks.task_family`).
+            the coarse family of `datagen.torch_import.task_family`).
         params: shape parameters of the family, in the family's order.
         network: the network the shape was taken from (several, comma-separated, for a task
             shared by networks).
@@ -288,44 +287,3 @@ SUITES: dict[str, list[Workload]] = {
     "full": RESNET50 + MOBILENETV2 + BERT_BASE + RESNEXT50 + VIT_B16 + GPT2 + POOLS,
 }
 SUITES["default"] = [RESNET50[5], BERT_BASE[0], MOBILENETV2[3], BERT_BASE[5]]
-
-
-def _unknown(kind: str, name: str, known) -> UserError:
-    close = difflib.get_close_matches(name, list(known), n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return UserError(f"unknown {kind} {name!r}{hint}; see 'datagen workloads' for the list")
-
-
-def all_suites() -> dict[str, list[Workload]]:
-    """The registry's suites and those of the shipped network catalogue (`net-NAME`,
-    `networks`; see `datagen.networks`)."""
-    from datagen.networks import network_suites
-
-    return {**SUITES, **network_suites()}
-
-
-def get_suite(name: str) -> list[Workload]:
-    """The workloads of a named suite."""
-    suites = all_suites()
-    if name not in suites:
-        raise _unknown("suite", name, suites)
-    return list(suites[name])
-
-
-def resolve(names: list[str]) -> list[Workload]:
-    """Turn workload keys and suite names into workloads, in order, without duplicates."""
-    suites = all_suites()
-    known = {w.key: w for suite in suites.values() for w in suite}
-    out: dict[str, Workload] = {}
-    for name in names:
-        if name in suites:
-            items = suites[name]
-        elif name in known:
-            items = [known[name]]
-        elif name.partition("/")[0] in FAMILIES and "/" in name:
-            items = [from_key(name)]
-        else:
-            raise _unknown("workload or suite", name, list(known) + list(suites))
-        for w in items:
-            out.setdefault(w.key, w)
-    return list(out.values())

@@ -100,7 +100,7 @@ def _plot_one(curve: list[float], path: str, title: str) -> None:
 
 
 def _run(args) -> int:
-    from datagen.workloads import resolve
+    from datagen.suites import resolve
     from tuning.tuner import read_curve, tune_workload
 
     if not args.workloads and not args.torch_model:
@@ -157,7 +157,7 @@ def _run_torch(args, target, measurer, inputs) -> int:
 
 
 def _compare(args) -> int:
-    from datagen.workloads import resolve
+    from datagen.suites import resolve
     from tuning.compare import format_summary, plot_curves, run_curves, summarize
     from tuning.tuner import TUNERS
 

@@ -403,8 +403,8 @@ def test_nvrtc_with_precompiled_headers_gives_tvms_own_cubin(tmp_path, monkeypat
 
     from datagen.batch_measure import NvrtcCompiler
     from datagen.sampler import ScheduleSampler
+    from datagen.suites import resolve
     from datagen.tvm_env import make_target
-    from datagen.workloads import resolve
 
     target = make_target("nvidia/nvidia-h100")
     sources = []
@@ -453,8 +453,8 @@ def test_rounds_drawn_in_worker_processes_equal_rounds_drawn_here():
 
     from datagen.batch import draw_rounds
     from datagen.collect import CollectConfig, WorkloadState
+    from datagen.suites import resolve
     from datagen.tvm_env import make_target
-    from datagen.workloads import resolve
 
     cfg = CollectConfig(out="unused", workloads=resolve([DENSE, SOFTMAX]),
                         target=make_target(None), per_workload=8, batch_size=4)

@@ -54,8 +54,8 @@ def test_a_build_killed_mid_link_leaves_no_temporary_file(tmp_path, monkeypatch)
     from tvm.s_tir.meta_schedule.builder import BuilderInput
 
     from datagen.builder import PersistentBuilder
+    from datagen.suites import resolve
     from datagen.tvm_env import make_target
-    from datagen.workloads import resolve
 
     linker = tmp_path / "slow-cxx"
     linker.write_text(SLOW_LINKER)

@@ -14,8 +14,8 @@ CHILD = """
 import json, os, sys, time
 from datagen.measure import Measurer
 from datagen.sampler import ScheduleSampler
+from datagen.suites import resolve
 from datagen.tvm_env import make_target
-from datagen.workloads import resolve
 
 lock, sync, me = sys.argv[1:4]
 target = make_target(None)

@@ -7,7 +7,8 @@ import torch
 
 from conftest import assert_clean_error, run_cli
 from datagen import networks
-from datagen.workloads import get_suite, resolve
+from datagen.suites import get_suite, resolve
+from datagen.torch_import import task_pattern
 
 
 class TwoConvs(torch.nn.Module):
@@ -87,8 +88,8 @@ def test_shipped_catalogue_has_the_breadth_of_real_networks():
 
 
 def test_family_of_a_task_name():
-    assert networks._pattern("fused_conv2d13_subtract8_add16_relu8") == "conv2d_subtract_add_relu"
-    assert networks._pattern("max_pool2d") == "max_pool2d"
+    assert task_pattern("fused_conv2d13_subtract8_add16_relu8") == "conv2d_subtract_add_relu"
+    assert task_pattern("max_pool2d") == "max_pool2d"
 
 
 def test_unknown_network_is_one_line(tmp_path):

@@ -3,7 +3,8 @@ import json
 import pytest
 
 from datagen.errors import UserError
-from datagen.workloads import FAMILIES, SUITES, Workload, from_key, get_suite, resolve
+from datagen.suites import get_suite, resolve
+from datagen.workloads import FAMILIES, SUITES, Workload, from_key
 
 
 def test_registry_covers_families_and_networks():
@@ -65,7 +66,7 @@ def test_cli_lists_suites_and_workloads(capsys):
 def test_collection_goes_breadth_first_whatever_was_collected_before():
     """A restarted collection continues with the least-collected workload, not the first."""
     from datagen.collect import WorkloadState, next_workload
-    from datagen.workloads import get_suite
+    from datagen.suites import get_suite
 
     a, b, c = get_suite("tiny")
     order = {w.key: i for i, w in enumerate((a, b, c))}

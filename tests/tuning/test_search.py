@@ -142,7 +142,7 @@ def test_runs_and_pairs_of_other_models_are_not_read_back(tmp_path):
 def test_a_report_reads_finished_pairs_and_tunes_nothing(tmp_path):
     import json
 
-    from datagen.workloads import resolve
+    from datagen.suites import resolve
     from tuning.compare import pair_file, run_curves
     from tuning.tuner import SearchInputs
 
@@ -177,8 +177,8 @@ def test_a_run_or_pair_measured_on_another_device_stops_the_comparison(tmp_path)
 
     from datagen.errors import UserError
     from datagen.measure import Measurer
+    from datagen.suites import resolve
     from datagen.tvm_env import make_target
-    from datagen.workloads import resolve
     from tuning.compare import device_name, pair_file, run_curves, run_dir
     from tuning.tuner import SearchInputs
 
@@ -239,7 +239,7 @@ def test_a_report_reads_pairs_of_other_models_but_never_mixes_two(tmp_path):
     import json
 
     from datagen.errors import UserError
-    from datagen.workloads import resolve
+    from datagen.suites import resolve
     from tuning.compare import pair_file, run_curves
     from tuning.tuner import SearchInputs
 

@@ -28,8 +28,8 @@ def tune_with_batches(tmp_path, strategy, trials: int, per_iter: int, name: str 
     from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
     from datagen.measure import Measurer
+    from datagen.suites import resolve
     from datagen.tvm_env import load_tensor_intrinsics, make_target, metaschedule_logging
-    from datagen.workloads import resolve
 
     @derived_object
     class BatchSizes(PyMeasureCallback):
@@ -104,8 +104,8 @@ def test_tuning_survives_foreign_handlers_on_metaschedule_logger(tmp_path):
     import logging
 
     from datagen.measure import Measurer
+    from datagen.suites import resolve
     from datagen.tvm_env import METASCHEDULE_LOGGER, make_target
-    from datagen.workloads import resolve
     from tuning.tuner import tune_workload
 
     logger = logging.getLogger(METASCHEDULE_LOGGER)
@@ -132,8 +132,8 @@ def test_tune_run_database_applies_with_compile_tir(tiny_checkpoint, tmp_path):
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
+    from datagen.suites import resolve
     from datagen.tvm_env import make_target
-    from datagen.workloads import resolve
 
     out = tmp_path / "out"
     proc = run_cli("run", WORKLOAD, "--trials", "8", "--trials-per-iter", "4", "--out",
@@ -361,8 +361,8 @@ def test_runs_of_several_pairs_side_by_side_in_their_own_processes(tiny_checkpoi
     threads, and marked done there; each pair is re-measured here and written once its runs
     are finished. Run again, everything is read back: nothing is tuned or re-measured again."""
     from datagen.measure import Measurer
+    from datagen.suites import resolve
     from datagen.tvm_env import make_target
-    from datagen.workloads import resolve
     from tuning.compare import (_models_used, core_slices, model_ids, pair_file, run_curves,
                                 run_dir)
     from tuning.tuner import SearchInputs, load_predictor
