@@ -147,7 +147,6 @@ def extract_network(network: Network, target) -> list[tuple[int, str, object, in
     import tvm_ffi
     from tvm.s_tir import meta_schedule as ms
 
-
     torch.manual_seed(0)
     model = network.build().eval()
     out = []

@@ -2,9 +2,9 @@
 
 The model is given as a `torch.export` program (`torch.export.save(ep, "model.pt2")`), which
 carries its example inputs, so no model code is executed when loading it. Each extracted task
-becomes a `Workload` (key `torch/NAME`, family from `task_family`) whose
-IRModule travels with it, and whose weight is the
-number of times the task occurs in the model.
+becomes a `Workload` (key `torch/NAME`, family from `task_family` below, which also classifies the
+tasks of the network catalogue, `datagen.networks`) whose IRModule travels with it, and whose
+weight is the number of times the task occurs in the model.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ def workloads_from_exported(exported_program, target, network: str = "torch") ->
     """The MetaSchedule tasks of an ExportedProgram as workloads."""
     import tvm
     from tvm.s_tir import meta_schedule as ms
-
 
     load_tensor_intrinsics(target.kind.name)
     tasks = ms.relax_integration.extract_tasks(relax_module(exported_program, target), target)
