@@ -34,7 +34,7 @@ from datagen import records
 from datagen.batch_measure import (ARTIFACTS, MANIFEST, RESULTS, BatchError, read_manifest,
                                    read_results)
 from datagen.collect import (CollectConfig, candidate_row, draw_rounds, load_state,
-                             measurement_columns)
+                             measurement_columns, refuse_other_gpu)
 from datagen.errors import UserError
 from datagen.measure import (BUILD_ERROR, BUILD_TIMEOUT, DEFAULT_PROTOCOL, OK, STATUSES,
                              MeasureResult)
@@ -188,7 +188,8 @@ def ingest(batch_dir: str, dataset: str, results_path: str | None = None) -> dic
 
     Raises:
         UserError: not a batch, results of another batch or not matching it, a workload whose
-            definition differs from the dataset's records of it.
+            definition differs from the dataset's records of it, results measured on another
+            GPU than the dataset's records.
     """
     import pandas as pd
 
@@ -209,11 +210,14 @@ def ingest(batch_dir: str, dataset: str, results_path: str | None = None) -> dic
                             f"{line['trace_hash'][:12]}, which this batch does not hold there: "
                             "the results come from a changed batch")
         (retries if line.get("retry") else firsts)[line["index"]] = line
-    existing = records.read_records(dataset, ["workload_key", "workload_ir", "target",
+    existing = records.read_records(dataset, ["workload_key", "workload_ir", "target", "device",
                                               "trace_hash"]) if os.path.isdir(dataset) else None
     seen: set = set()
     if existing is not None and len(existing):
         existing = existing[existing.target == manifest["target"]]
+        for device in {json.dumps(line["device"], sort_keys=True) for line in lines}:
+            refuse_other_gpu(dataset, existing.device, json.loads(device),
+                             "ingest the batch into another dataset folder")
         seen = set(zip(existing.workload_key, existing.trace_hash))
         known = dict(zip(existing.workload_key, existing.workload_ir))
         for key, ir in zip(pending.workload_key, pending.workload_ir):

@@ -96,17 +96,33 @@ def _spread(latencies: list[float]) -> float:
 
 
 def device_description(dev, kind: str, remote: bool = False) -> dict:
-    """The device as records name it: model, compute capability, the CUDA driver and runtime
-    API versions as the TVM runtime reports them, and for NVIDIA GPUs the kernel driver's.
-    `remote`: `dev` is a device of an RPC session, so what only its host's files say (the
-    CPU's model, the kernel driver's version) is left out."""
+    """The device as records name it: model, compute capability, the CUDA driver API version
+    (`driver`, e.g. 13000 for CUDA 13.0: what the installed driver supports; TVM's runtime does
+    not report it), the CUDA version the TVM runtime was built with (`api`, as it reports it),
+    and for NVIDIA GPUs the kernel driver's version. `remote`: `dev` is a device of an RPC
+    session, so what only its host says (the CPU's model, the driver's versions) is left out."""
     if kind == "cpu":
         return {"kind": "cpu"} if remote else {"kind": "cpu", "model": host_cpu_model()}
     out = {"kind": kind, "model": dev.device_name, "compute": dev.compute_version,
            "driver": dev.driver_version, "api": dev.api_version}
     if kind == "cuda" and not remote:
+        out["driver"] = out["driver"] or cuda_driver_version()
         out["nvidia_driver"] = nvidia_driver_version()
     return out
+
+
+def cuda_driver_version() -> int | None:
+    """The CUDA driver API version of this host's driver (libcuda's `cuDriverGetVersion`,
+    which needs no device context), None where there is no CUDA driver."""
+    import ctypes
+
+    try:
+        version = ctypes.c_int(0)
+        if ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(version)) != 0:
+            return None
+    except (OSError, AttributeError):
+        return None
+    return version.value or None
 
 
 def nvidia_driver_version() -> str:

@@ -28,7 +28,7 @@ from datagen import records
 from datagen.batch_measure import host_cpu_model
 from datagen.errors import UserError
 from datagen.measure import (DEFAULT_RUN_TIMEOUT_SEC, OK, Measurer, MeasureResult, Tracker,
-                             latency_stats)
+                             device_name, latency_stats)
 from datagen.sampler import Candidate, ScheduleSampler, derive_seed
 from datagen.tvm_env import describe_target, target_json, versions
 from datagen.workloads import Workload
@@ -38,8 +38,8 @@ DEFAULT_BATCH_SIZE = 16
 DEFAULT_EVOLVE_FRACTION = 0.5
 # a candidate whose repeats spread more than this is measured again at the end of its round
 DEFAULT_RETRY_CV = 0.10
-STATE_COLUMNS = ["workload_key", "target", "trace_hash", "status", "latency_median", "trace",
-                 "round"]
+STATE_COLUMNS = ["workload_key", "target", "device", "trace_hash", "status", "latency_median",
+                 "trace", "round"]
 PARALLEL_DRAW_MIN_WORKLOADS = 8  # fewer are drawn in this process (see `draw_rounds`)
 
 
@@ -125,13 +125,15 @@ class CollectSummary:
     idle_wall: float = 0.0  # overlapped: the measuring waited for a wave drawn and built
 
 
-def load_state(out: str, target_text: str) -> dict[str, WorkloadState]:
-    """Per-workload state of what is committed in `out` for this target.
+def load_state(out: str, target_text: str, device: dict | None = None
+               ) -> dict[str, WorkloadState]:
+    """Per-workload state of what is committed in `out` for this target (and `device`, the
+    measuring GPU: see `refuse_other_gpu`).
 
     Raises:
         UserError: `out` holds records of another target (a dataset holds one: a model learns
             one target's latencies, and a host with another CPU would start every workload
-            again beside them).
+            again beside them), or measured on another GPU.
     """
     frame = records.read_records(out, columns=STATE_COLUMNS)
     theirs = sorted(set(frame.target) - {target_text})
@@ -141,6 +143,8 @@ def load_state(out: str, target_text: str) -> dict[str, WorkloadState]:
             f"not {describe_target(target_text)} (this collection's target; an llvm target "
             "without mcpu is this host's CPU): a dataset holds one target, so collect into "
             "another folder (--out), or where that target runs")
+    if device is not None:
+        refuse_other_gpu(out, frame.device, device, "collect into another folder (--out)")
     states: dict[str, WorkloadState] = {}
     for row in frame.itertuples(index=False):
         st = states.setdefault(row.workload_key, WorkloadState())
@@ -150,6 +154,30 @@ def load_state(out: str, target_text: str) -> dict[str, WorkloadState]:
         if row.status == OK:
             st.measured.append((float(row.latency_median), row.trace))
     return states
+
+
+def refuse_other_gpu(dataset: str, recorded, device: dict, instead: str) -> None:
+    """Refuse to add `device`'s measurements to a dataset whose records name another GPU.
+
+    One GPU target tag fits several GPUs (an H200 runs `nvidia/nvidia-h100`'s kernels), so
+    unlike a CPU's target it does not say which device measured; a dataset holds one device's
+    latencies. `recorded`: the dataset's `device` column (JSON; "" where not recorded).
+    `instead`: what to do, for the error."""
+    here = device_name(device)
+    if device.get("kind") == "cpu" or here is None:
+        return
+    theirs = set()
+    for text in set(recorded):
+        try:
+            there = device_name(json.loads(text)) if text else None
+        except ValueError:
+            there = None
+        if there is not None and there != here:
+            theirs.add(there)
+    if theirs:
+        raise UserError(f"{dataset} holds records measured on {', '.join(sorted(theirs))}, not "
+                        f"on {here} (this measurement's device): a dataset holds one device's "
+                        f"latencies, so {instead}")
 
 
 def measurement_columns(res: MeasureResult) -> dict:
@@ -477,7 +505,8 @@ def collect(cfg: CollectConfig, progress: bool = True, stop=None) -> CollectSumm
     writer = None
     try:
         writer = records.ShardWriter(cfg.out)
-        states = load_state(cfg.out, target_text)  # refuses a dataset of another target
+        # refuses a dataset of another target or GPU
+        states = load_state(cfg.out, target_text, measurer.device)
     except BaseException:
         measurer.close()
         if writer is not None:

@@ -183,9 +183,20 @@ class Tracker:
         return {**answer["device"], "rpc_key": self.key}
 
 
+def device_name(device: dict | None) -> str | None:
+    """What measured, as a `Measurer.device` description says it, for comparing: the device's
+    model (the GPU's name, the CPU's), or the RPC key it was measured through; None where
+    nothing was recorded."""
+    if not isinstance(device, dict):
+        return None
+    if device.get("model"):
+        return str(device["model"])
+    return f"RPC key {device['rpc_key']}" if device.get("rpc_key") else None
+
+
 def local_device(target_kind: str) -> dict:
     """What measures a target on this host: the CPU, or device 0 of a GPU kind with its model,
-    compute capability, driver and runtime API versions (as the TVM runtime reports them)."""
+    compute capability and versions (`batch_measure.device_description`)."""
     import tvm
 
     from datagen.batch_measure import device_description, host_cpu_model

@@ -26,7 +26,7 @@ Columns (one row per measured candidate):
 | target | string (JSON) | the TVM target, with `mcpu` for llvm |
 | target_kind | string | `llvm`, `cuda`, ... |
 | cpu_model | string | host CPU model of the measuring machine |
-| device | string (JSON) | the measuring device: kind and model, for GPUs also compute capability, driver and CUDA versions (schema 2); through RPC also the key |
+| device | string (JSON) | the measuring device: kind and model, for GPUs also compute capability, the driver's CUDA version, the CUDA version TVM was built with and the kernel driver's version (schema 2); through RPC also the key, without the driver's versions |
 | num_threads | int32 | runtime threads used for measurement |
 | trace | string (JSON) | replayable MetaSchedule trace, postprocessing included |
 | trace_hash | string | SHA-1 of `trace` with booleans as 0/1 (deduplication key) |

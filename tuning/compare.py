@@ -46,6 +46,7 @@ import shutil
 import numpy as np
 
 from datagen.errors import UserError
+from datagen.measure import device_name
 from tuning.tuner import RECORDS_FILE, SearchInputs, best_so_far, read_curve, tune_workload
 
 REFERENCE = "ms-default"
@@ -178,17 +179,6 @@ def model_ids(inputs: SearchInputs) -> dict:
     if inputs.pretrained_xgb:
         ids["pretrained_xgb"] = ident(inputs.pretrained_xgb)
     return ids
-
-
-def device_name(device: dict | None) -> str | None:
-    """What a run or pair was measured on, as `Measurer.device` describes it, for comparing:
-    the device's model (the GPU's name, the CPU's), or the RPC key it was measured through;
-    None where nothing was recorded (runs and pairs made before devices were)."""
-    if not isinstance(device, dict):
-        return None
-    if device.get("model"):
-        return str(device["model"])
-    return f"RPC key {device['rpc_key']}" if device.get("rpc_key") else None
 
 
 def _check_devices(out: str, order, tuners: list[str], device: dict) -> None:

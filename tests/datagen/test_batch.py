@@ -138,6 +138,52 @@ def test_a_changed_workload_is_refused(first_batch, tmp_path):
     assert len(read_records(dataset)) == before
 
 
+def test_results_or_a_collection_on_another_gpu_are_refused(first_batch, tmp_path):
+    """One GPU target tag fits several GPUs (an H200 runs the H100 tag's kernels), so the
+    device decides: a dataset of one GPU's records takes no other GPU's, from `ingest` or from
+    `collect` (whose `load_state` is checked here, as no GPU is). The results file is rewritten
+    as the two GPU hosts would have written it."""
+    from datagen.collect import load_state
+    from datagen.errors import UserError
+
+    dataset, batch = first_batch
+    results = os.path.join(batch, "results.jsonl")
+    if not os.path.isfile(results):
+        assert measure_runtime_only(batch).returncode == 0
+    h100 = {"kind": "cuda", "model": "NVIDIA H100 80GB HBM3", "compute": "9.0"}
+    h200 = {**h100, "model": "NVIDIA H200"}
+
+    def measured_on(device: dict) -> str:
+        path = str(tmp_path / f"{device['model'].replace(' ', '_')}.jsonl")
+        with open(path, "w") as handle:
+            for line in open(results).read().splitlines():
+                handle.write(json.dumps({**json.loads(line), "device": device}) + "\n")
+        return path
+
+    gpu_dataset = str(tmp_path / "ds-h100")
+    run_cli("ingest", batch, "--dataset", gpu_dataset, "--results", measured_on(h100),
+            check=True)
+    before = read_records(gpu_dataset)
+    assert set(before.device) == {json.dumps(h100, sort_keys=True)}
+    assert_clean_error(run_cli("ingest", batch, "--dataset", gpu_dataset, "--results",
+                               measured_on(h200)),
+                       f"{gpu_dataset} holds records measured on NVIDIA H100 80GB HBM3, not on "
+                       "NVIDIA H200 (this measurement's device)")
+    assert read_records(gpu_dataset).equals(before)
+    proc = run_cli("ingest", batch, "--dataset", gpu_dataset, "--results", measured_on(h100),
+                   check=True)
+    assert "ingested 0 records" in proc.stdout  # the same GPU again: nothing new, no error
+    # a CPU dataset takes any CPU's records of its target (the target names the CPU)
+    run_cli("ingest", batch, "--dataset", dataset, check=True)
+
+    target = json.load(open(os.path.join(batch, "manifest.json")))["target"]
+    with pytest.raises(UserError, match="holds records measured on NVIDIA H100 80GB HBM3, not "
+                                        r"on NVIDIA H200 .*collect into another folder \(--out\)"):
+        load_state(gpu_dataset, target, h200)
+    assert sum(st.count for st in load_state(gpu_dataset, target, h100).values()) == len(before)
+    assert load_state(dataset, target, {"kind": "cpu", "model": "another CPU"})
+
+
 def test_cuda_batch_is_built_here_and_refused_without_a_gpu(tmp_path):
     batch = str(tmp_path / "cuda")
     proc = run_cli("pack", "dense/m64_n64_k64", "--target", "nvidia/nvidia-h100", "--dataset",
@@ -155,6 +201,36 @@ def test_cuda_batch_is_built_here_and_refused_without_a_gpu(tmp_path):
         assert "libcuda" in proc.stderr, proc.stderr  # the driver, or the CUDA runtime
     assert "Traceback" not in proc.stderr and not os.path.exists(
         os.path.join(batch, "results.jsonl"))
+
+
+def test_a_gpu_record_reads_the_cuda_driver_version_from_the_driver(tmp_path):
+    """TVM's runtime does not report the CUDA driver API version (its `driver_version` is None
+    for CUDA), so `device_description` asks libcuda's `cuDriverGetVersion`. Without a driver:
+    None. With a stand-in libcuda.so.1 that answers as CUDA 13.0's does: 13000; one that
+    fails: None."""
+    from datagen.batch_measure import cuda_driver_version
+
+    if not os.path.exists("/dev/nvidiactl"):
+        assert cuda_driver_version() is None
+    gcc = shutil.which("gcc") or pytest.skip("no C compiler for the stand-in driver")
+
+    def driver(answer: str, result: int) -> str:
+        folder = tmp_path / f"driver{result}"
+        folder.mkdir()
+        source = folder / "libcuda.c"
+        source.write_text("int cuDriverGetVersion(int *v) { *v = %s; return %d; }\n"
+                          % (answer, result))
+        subprocess.run([gcc, "-shared", "-fPIC", "-o", str(folder / "libcuda.so.1"),
+                        str(source)], check=True)
+        proc = subprocess.run([sys.executable, "-c", "from datagen.batch_measure import "
+                               "cuda_driver_version; print(cuda_driver_version())"],
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "LD_LIBRARY_PATH": str(folder)})
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    assert driver("13000", 0) == "13000"
+    assert driver("0", 3) == "None"  # CUDA_ERROR_NOT_INITIALIZED
 
 
 def test_cuda_builders_that_also_compile_kernels_build_the_same_programs(tmp_path):

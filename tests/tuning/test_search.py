@@ -176,10 +176,10 @@ def test_a_run_or_pair_measured_on_another_device_stops_the_comparison(tmp_path)
     import json
 
     from datagen.errors import UserError
-    from datagen.measure import Measurer
+    from datagen.measure import Measurer, device_name
     from datagen.suites import resolve
     from datagen.tvm_env import make_target
-    from tuning.compare import device_name, pair_file, run_curves, run_dir
+    from tuning.compare import pair_file, run_curves, run_dir
     from tuning.tuner import SearchInputs
 
     first, second = resolve(["dense/m128_n768_k768", "softmax/rows1536_cols128"])
