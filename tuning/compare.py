@@ -343,13 +343,23 @@ _CORES: list[int] | None = None  # in a worker of `_tune_side_by_side`: its slic
 
 
 def _take_cores(slices) -> None:
-    """Initializer of a `_tune_side_by_side` worker: pin this process to the next slice of
-    `slices` (a queue) and make every thread pool started here as large as the slice."""
+    """Initializer of a `_tune_side_by_side` worker: pin this process, every thread of it, to
+    the next slice of `slices` (a queue) and make its thread pools as large as the slice. A
+    spawned worker has imported numpy (and whatever the main module imports) before this runs,
+    and OpenBLAS started its threads then, on every core: pinning only this thread would leave
+    them free to run on the measuring core."""
+    from threadpoolctl import threadpool_limits
+
     global _CORES
     _CORES = slices.get()
-    os.sched_setaffinity(0, _CORES)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[var] = str(len(_CORES))  # before torch or XGBoost is imported here
+        os.environ[var] = str(len(_CORES))  # pools started later (torch, XGBoost)
+    for thread in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(thread), _CORES)
+        except OSError:  # a thread that ended meanwhile
+            pass
+    threadpool_limits(len(_CORES))  # pools already started
 
 
 def _tune_elsewhere(job: dict) -> str | None:

@@ -355,6 +355,35 @@ def test_side_by_side_runs_get_equal_slices_of_the_cores_but_the_measuring_one()
     assert core_slices([0], 2) == ([[0], [0]], None)
 
 
+def threads_cores(_=None) -> dict[str, str]:
+    """Each thread of this process: the cores it may run on (as /proc lists them)."""
+    out = {}
+    for thread in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{thread}/status") as f:
+            allowed = [line for line in f if line.startswith("Cpus_allowed_list:")]
+        out[thread] = allowed[0].split(":", 1)[1].strip()
+    return out
+
+
+def test_a_side_by_side_worker_keeps_every_thread_on_its_slice():
+    """A spawned worker imports numpy before its initializer runs, and OpenBLAS starts its
+    threads on every core then: `_take_cores` pins those too, not only the main thread, so
+    nothing of a run's search reaches the core that measures."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from tuning.compare import _take_cores
+
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    core = min(os.sched_getaffinity(0))
+    queue.put([core])
+    with ProcessPoolExecutor(1, mp_context=context, initializer=_take_cores,
+                             initargs=(queue,)) as pool:
+        cores = pool.submit(threads_cores).result(timeout=120)
+    assert set(cores.values()) == {str(core)}, cores
+
+
 def test_runs_of_several_pairs_side_by_side_in_their_own_processes(tiny_checkpoint, tmp_path):
     """`jobs` 2: the runs of two (workload, seed) pairs tune two at a time, each in a process
     of its own (bo with the checkpoint loaded again there) on its slice of cores, with as many
