@@ -13,6 +13,10 @@ import psutil
 import pytest
 
 CLI_TIMEOUT_SEC = 600
+# an NVIDIA GPU's driver is here: the tests of what a host without a GPU does are skipped (where
+# a GPU is, those commands would measure on it, which is not what they check)
+GPU_HERE = os.path.exists("/dev/nvidiactl")
+needs_no_gpu = pytest.mark.skipif(GPU_HERE, reason="checks a host without a GPU; this has one")
 
 
 # each command's entry point, as pyproject.toml installs it

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import CLI_TIMEOUT_SEC, assert_clean_error, run_cli
+from conftest import CLI_TIMEOUT_SEC, GPU_HERE, assert_clean_error, needs_no_gpu, run_cli
 from datagen.batch_measure import NVRTC_PREINCLUDE
 from datagen.records import read_records
 
@@ -184,6 +184,7 @@ def test_results_or_a_collection_on_another_gpu_are_refused(first_batch, tmp_pat
     assert load_state(dataset, target, {"kind": "cpu", "model": "another CPU"})
 
 
+@needs_no_gpu
 def test_cuda_batch_is_built_here_and_refused_without_a_gpu(tmp_path):
     batch = str(tmp_path / "cuda")
     proc = run_cli("pack", "dense/m64_n64_k64", "--target", "nvidia/nvidia-h100", "--dataset",
@@ -195,10 +196,10 @@ def test_cuda_batch_is_built_here_and_refused_without_a_gpu(tmp_path):
         assert os.path.getsize(os.path.join(batch, "artifacts", cand["artifact"])) > 0
     proc = measure_runtime_only(batch)
     assert proc.returncode == 2 and "this host has no cuda device" in proc.stderr
-    if not os.path.exists("/dev/nvidiactl"):  # the runtime alone loaded TVM's CUDA library,
-        # which stops at the missing driver (it would otherwise look for no CUDA device at all)
-        assert "TVM's cuda runtime library does not load here" in proc.stderr, proc.stderr
-        assert "libcuda" in proc.stderr, proc.stderr  # the driver, or the CUDA runtime
+    # the runtime alone loaded TVM's CUDA library, which stops at the missing driver (it
+    # would otherwise look for no CUDA device at all)
+    assert "TVM's cuda runtime library does not load here" in proc.stderr, proc.stderr
+    assert "libcuda" in proc.stderr, proc.stderr  # the driver, or the CUDA runtime
     assert "Traceback" not in proc.stderr and not os.path.exists(
         os.path.join(batch, "results.jsonl"))
 
@@ -210,7 +211,7 @@ def test_a_gpu_record_reads_the_cuda_driver_version_from_the_driver(tmp_path):
     fails: None."""
     from datagen.batch_measure import cuda_driver_version
 
-    if not os.path.exists("/dev/nvidiactl"):
+    if not GPU_HERE:
         assert cuda_driver_version() is None
     gcc = shutil.which("gcc") or pytest.skip("no C compiler for the stand-in driver")
 
@@ -604,6 +605,7 @@ def test_kernels_compile_ahead_in_measuring_order_off_the_measuring_core(first_b
 
 
 
+@needs_no_gpu
 def test_compiling_workers_that_cannot_set_up_do_not_stall_the_measuring(first_batch, tmp_path):
     """Where the compiling workers cannot load TVM's CUDA runtime (here: no CUDA driver), each
     module is reported not compiled at once (measuring then reports the error), rather than a

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import CLI_TIMEOUT_SEC, assert_clean_error, run_cli
+from conftest import CLI_TIMEOUT_SEC, assert_clean_error, needs_no_gpu, run_cli
 from datagen.records import read_records, shard_paths
 
 pytestmark = pytest.mark.slow
@@ -94,8 +94,8 @@ def test_stats_summarises_families_and_workloads(tmp_path):
     (["collect", "tiny", "--out", "{out}", "--tracker", "127.0.0.1:9", "--key", "k"],
      "is unreachable"),
     (["collect", "tiny", "--out", "{out}", "--tracker", "nohostport"], "is not host:port"),
-    (["collect", "tiny", "--out", "{out}", "--target", "nvidia/nvidia-a100"],
-     "this host has none: run datagen on the GPU host itself"),
+    pytest.param(["collect", "tiny", "--out", "{out}", "--target", "nvidia/nvidia-a100"],
+                 "this host has none: run datagen on the GPU host itself", marks=needs_no_gpu),
     (["collect", "tiny", "--out", "{blocked}/sub"], "cannot write"),
     (["stats", "{out}/missing"], "does not exist"),
 ])
@@ -263,6 +263,7 @@ sys.exit(cli.main(sys.argv[1:]))
 """
 
 
+@needs_no_gpu
 def test_a_gpu_lost_mid_run_is_one_line_and_keeps_the_rounds_before(tmp_path):
     out = str(tmp_path / "ds")
     args = [DENSE, "--out", out, "--per-workload", "12", "--batch-size", "4", "--repeat", "2",

@@ -9,7 +9,8 @@ import time
 import psutil
 import pytest
 
-from conftest import CLI_TIMEOUT_SEC, assert_clean_error, kill_tree, loopback_rpc, run_cli
+from conftest import (CLI_TIMEOUT_SEC, assert_clean_error, kill_tree, loopback_rpc, needs_no_gpu,
+                      run_cli)
 from datagen.records import read_records, shard_paths
 
 pytestmark = pytest.mark.slow
@@ -36,6 +37,7 @@ def test_tracker_without_the_key(rpc_tracker, tmp_path):
     assert_clean_error(proc, "has no server with key 'no-such-device'")
 
 
+@needs_no_gpu
 def test_a_gpu_target_through_servers_without_that_gpu_is_one_line(rpc_tracker, tmp_path):
     """The servers' device is asked for before anything is built: a CUDA target through a
     key whose server has no CUDA device is refused, and nothing is written (before, every

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import assert_clean_error, run_cli
+from conftest import assert_clean_error, needs_no_gpu, run_cli
 from tuning.tuner import apply_database, best_so_far, read_curve
 
 pytestmark = pytest.mark.slow
@@ -292,6 +292,7 @@ sys.exit(cli.main(sys.argv[1:]))
 """
 
 
+@needs_no_gpu
 def test_a_gpu_lost_mid_tuning_is_one_line_and_keeps_the_trials_before(tmp_path):
     """A round whose programs fail to run on a device that is gone stops the tuning with one
     line and exit status 2, before that round reaches the database: the rounds before it stay
