@@ -235,7 +235,7 @@ class NvrtcCompiler:
     first, from one header (`--pre-include`), which NVRTC's automatic precompiled header
     (`--pch`, NVRTC 12.8 on) keeps in memory for the next kernels. In TVM's order, so the cubin
     is byte for byte TVM's own. Where NVRTC refuses that (an older NVRTC) but compiles the
-    kernel without it, this process goes on without (`pch` turns False).
+    kernel without it, this process goes on without (`pch` turns False), saying so on stderr.
 
     `arch` None: the current target's, as TVM's callback does."""
 
@@ -258,10 +258,13 @@ class NvrtcCompiler:
             try:
                 return nvcc.compile_cuda(code, target_format="cubin", arch=self.arch,
                                          compiler="nvrtc", options=self.pch_options)
-            except Exception:  # noqa: BLE001  (the kernel's own error is raised below)
+            except Exception as err:  # noqa: BLE001  (the kernel's own error is raised below)
                 binary = nvcc.compile_cuda(code, target_format="cubin", arch=self.arch,
                                            compiler="nvrtc")
                 self.pch = False  # compiled without: NVRTC cannot precompile here
+                refused = (str(err).strip().splitlines() or [""])[-1][:200]
+                print(f"NVRTC refused the precompiled standard headers ({refused}): process "
+                      f"{os.getpid()} compiles its kernels without them", file=sys.stderr)
                 return binary
         return nvcc.compile_cuda(code, target_format="cubin", arch=self.arch, compiler="nvrtc")
 

@@ -378,7 +378,7 @@ print(bytes(binary).decode(), json.dumps(asked))
 
 
 def test_nvrtc_compiler_goes_on_without_precompiled_headers_where_nvrtc_refuses_them(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, capsys):
     """An NVRTC older than 12.8 knows no `--pch`: the kernel is compiled without, and so are the
     next ones; a kernel that fails either way raises its own error and changes nothing (a
     stand-in for NVRTC that refuses any option)."""
@@ -401,10 +401,14 @@ def test_nvrtc_compiler_goes_on_without_precompiled_headers_where_nvrtc_refuses_
     with pytest.raises(RuntimeError, match="bad kernel"):
         compile_fn("bad kernel")
     assert len(asked) == 2 and asked[0] and asked[1] is None
-    assert compile_fn.pch
+    assert compile_fn.pch and not capsys.readouterr().err
     assert compile_fn("k1") == b"cubin of k1"  # refused with --pch: compiled without
     assert not compile_fn.pch
+    said = capsys.readouterr().err.splitlines()  # once, in a line the logs keep
+    assert len(said) == 1 and said[0].startswith("NVRTC refused the precompiled standard "
+                                                 "headers (NVRTC compilation failed: k1)")
     assert compile_fn("k2") == b"cubin of k2" and asked[-1] is None and len(asked) == 5
+    assert not capsys.readouterr().err
 
 
 def test_warm_up_precompiles_with_every_kernels_options_and_never_raises(tmp_path,
