@@ -18,7 +18,7 @@ Columns (one row per measured candidate):
 | column | type | meaning |
 | --- | --- | --- |
 | workload_key | string | stable workload id, e.g. `dense/m128_n768_k768` |
-| family | string | operator family (`torch` for tasks imported from a model) |
+| family | string | operator family (an imported task: its anchor operator's) |
 | workload_params | string (JSON) | the family's shape parameters |
 | workload_ir | string (JSON) | the IRModule, `tvm.ir.save_json`, to rebuild the PrimFunc |
 | network | string | network the shape comes from |
