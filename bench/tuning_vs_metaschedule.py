@@ -266,7 +266,10 @@ def main() -> None:
         raise SystemExit("error: --parts gpu tunes on a GPU: give its --target "
                          "(nvidia/nvidia-h100) and run on that GPU's host")
     try:  # a report measures nothing, so it runs anywhere (a GPU part's pairs on a laptop)
-        measurer = None if args.report else Measurer(target)
+        # side by side (--jobs above 1), the runs build in their own processes and the pairs'
+        # finalists with a measurer of their own: this one builds only for a pair left to tune
+        # one run at a time, so its build workers start then rather than beside the first runs
+        measurer = None if args.report else Measurer(target, start_builder=args.jobs == 1)
     except UserError as err:
         raise SystemExit(f"error: {err}") from None
     try:

@@ -129,6 +129,8 @@ class PersistentBuilder(PyBuilder):
             program, in the measuring process).
         kernel_cache: a folder where the workers compile each artifact's CUDA kernels (see
             `datagen.batch_measure.use_kernel_cache`); only where a CUDA runtime and NVRTC are.
+        start: start every worker now (they import TVM while the caller works), else at the
+            first build.
 
     Attributes:
         scratch: the temporary folder every artifact is built in; `shutdown` deletes it (or,
@@ -138,7 +140,7 @@ class PersistentBuilder(PyBuilder):
 
     def __init__(self, target_kind: str = "llvm", max_workers: int | None = None,
                  timeout_sec: float = DEFAULT_BUILD_TIMEOUT_SEC, shared_library: bool = False,
-                 kernel_cache: str | None = None):
+                 kernel_cache: str | None = None, start: bool = True):
         super().__init__()
         self.timeout_sec = timeout_sec
         self.shared_library = shared_library
@@ -158,8 +160,9 @@ class PersistentBuilder(PyBuilder):
         # start every worker now, in the background: each imports TVM and the target's
         # intrinsics (seconds; for CUDA, 17 s on a slow core) and, with `kernel_cache`,
         # precompiles NVRTC's headers (5-10 s) while the caller draws or searches its first
-        # candidates, rather than in its first build (where they count against its timeout)
-        for _ in range(self.max_workers):
+        # candidates, rather than in its first build (where they count against its timeout).
+        # `start` False: at the first build (a builder that may never build)
+        for _ in range(self.max_workers if start else 0):
             self._pool.submit(_ready)
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:

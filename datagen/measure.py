@@ -291,13 +291,15 @@ class Measurer:
             tuners can search and build at once while one device times one program at a time.
         runner_cpus: the cores the measuring process runs on (default: all), so that work of
             this process and others on the remaining cores does not preempt it.
+        start_builder: start the build workers now (each imports TVM: seconds of a core, for
+            CUDA about 10), else at the first build, for a measurer that may never build.
     """
 
     def __init__(self, target, protocol: dict | None = None, tracker: Tracker | None = None,
                  num_threads: int | None = None, build_workers: int | None = None,
                  build_timeout: float | None = None, run_timeout: float = DEFAULT_RUN_TIMEOUT_SEC,
                  shared_library: bool | None = None, device_lock: str | None = None,
-                 runner_cpus: list[int] | None = None):
+                 runner_cpus: list[int] | None = None, start_builder: bool = True):
         from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner, RPCConfig, RPCRunner
 
         from datagen.builder import DEFAULT_BUILD_TIMEOUT_SEC, PersistentBuilder
@@ -340,7 +342,7 @@ class Measurer:
             if on_local_gpu and self.device_type == "cuda" else None
         self.builder = PersistentBuilder(target.kind.name, build_workers,
                                          build_timeout or DEFAULT_BUILD_TIMEOUT_SEC,
-                                         shared_library, self.kernel_cache)
+                                         shared_library, self.kernel_cache, start_builder)
         if tracker is None:
             # set in the runner's worker process only, not in this one
             self.runner = LocalRunner(timeout_sec=run_timeout, evaluator_config=evaluator,

@@ -295,7 +295,9 @@ def _pairs_side_by_side(pairs, tuners, runs_to, budgets, out, target, measurer, 
     cpus = sorted(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory(prefix="tuning-device-lock-") as tmp:
         lock = os.path.join(tmp, "lock")
+        # a pair's finalists only: as many build workers (each imports TVM as it starts)
         remeasurer = Measurer(target, **measurer.settings,
+                              build_workers=min(len(cpus), len(tuners) * len(budgets)),
                               runner_cpus=cpus[-1:] if len(cpus) > 1 else None)
 
         def finish(seed, w) -> None:

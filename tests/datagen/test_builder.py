@@ -38,6 +38,30 @@ def test_the_workers_start_before_the_first_build_and_end_at_shutdown():
     assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
 
 
+def test_a_builder_told_not_to_start_starts_its_workers_at_the_first_build():
+    """A measurer that may never build (the tuning benchmark's own, with the runs side by side
+    in processes of their own) starts no worker process, each of which would import TVM on a
+    core the runs search on, until it builds."""
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    from datagen.builder import PersistentBuilder, remove_artifact
+    from datagen.suites import resolve
+    from datagen.tvm_env import make_target
+
+    before = {p.pid for p in _workers()}
+    builder = PersistentBuilder("llvm", 2, start=False)
+    try:
+        time.sleep(3)
+        assert not [p for p in _workers() if p.pid not in before]
+        (w,) = resolve(["dense/m32_n32_k32"])
+        (res,) = builder.build([BuilderInput(w.mod, make_target(None))])
+        assert res.error_msg is None and os.path.getsize(res.artifact_path) > 0
+        assert [p for p in _workers() if p.pid not in before]
+        remove_artifact(res.artifact_path)
+    finally:
+        builder.shutdown()
+
+
 SLOW_LINKER = """#!/bin/sh
 case "$*" in *-dumpmachine*) exec g++ "$@";; esac
 mktemp "${TMPDIR:-/tmp}/ccXXXXXX.res"  # a temporary file, as gcc's collect2 makes
