@@ -10,7 +10,7 @@ T5-small encoder), replays every successfully measured schedule of each task fro
 builds it for this host's CPU (LLVM's name for it, `num-cores` the runtime threads) and times
 it with the dataset's own protocol twice, interleaved over the task's schedules (A B C, A B C),
 so that a slow spell of the machine hits them alike. Per task it scores, with the metrics of
-`costmodel evaluate` (Kendall tau per task, TenSet's top-1 score; `../shared/METRICS.md`):
+`costmodel evaluate` (Kendall tau per task, TenSet's top-1 score, weighted by each task's count):
 
 - "here_vs_here": the first round ranked by the second (the labels' reproducibility on one
   host, measured minutes apart: the ceiling of any model against this host's labels);
