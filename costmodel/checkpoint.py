@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import warnings
 
 import torch
 
@@ -129,7 +130,9 @@ def read(path: str) -> dict:
     if not os.path.isfile(path):
         raise UserError(f"checkpoint {path} does not exist")
     try:
-        with torch.serialization.safe_globals(_safe_types()):
+        with torch.serialization.safe_globals(_safe_types()), warnings.catch_warnings():
+            # torch warns of a pickle protocol it may not read before it refuses the file
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
             ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001  (torch raises UnpicklingError, RuntimeError, ...)
         text = str(err)

@@ -265,7 +265,7 @@ def runtime_bundle(out: str) -> tuple[int, int]:
     `TVM_USE_RUNTIME_LIB=1`. Returns (files, bytes written).
 
     Raises:
-        UserError: an archive name of another kind.
+        UserError: an archive name of another kind, or a place that cannot be written.
     """
     import tarfile
 
@@ -287,7 +287,13 @@ def runtime_bundle(out: str) -> tuple[int, int]:
         return info
 
     tmp = f"{out}.tmp"
-    with tarfile.open(tmp, mode) as tar:
-        tar.add(root, arcname="tvm", filter=keep)
-    os.replace(tmp, out)
+    try:
+        with tarfile.open(tmp, mode) as tar:
+            tar.add(root, arcname="tvm", filter=keep)
+        os.replace(tmp, out)
+    except OSError as err:
+        raise UserError(f"cannot write {out}: {err.strerror}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)  # a bundle is whole or absent
     return count, os.path.getsize(out)

@@ -126,15 +126,22 @@ def _ingest(args) -> int:
 
 
 def _compact(args) -> int:
-    from datagen.records import ShardWriter
+    from datagen.records import ShardWriter, shard_paths
 
+    if not os.path.isdir(args.dataset):
+        raise UserError(f"dataset folder {args.dataset} does not exist")
+    if not shard_paths(args.dataset):
+        raise UserError(f"{args.dataset} holds no records; nothing to compact")
     writer = ShardWriter(args.dataset)
     try:
         shards, before, after = writer.compact()
     finally:
         writer.close()
-    print(f"{args.dataset}: {shards} shards ({before / 2**20:.1f} MiB) now one shard "
-          f"({after / 2**20:.1f} MiB)")
+    if shards < 2:
+        print(f"{args.dataset}: already one shard ({after / 2**20:.1f} MiB)")
+    else:
+        print(f"{args.dataset}: {shards} shards ({before / 2**20:.1f} MiB) now one shard "
+              f"({after / 2**20:.1f} MiB)")
     return 0
 
 

@@ -19,6 +19,30 @@ class UserError(Exception):
     """A mistake in what the user asked for: reported as one line, exit status 2."""
 
 
+def output_folder(path: str, create: bool = True) -> str:
+    """Check that a command can write into the folder `path` (it, or the nearest folder above
+    it that exists, is a writable folder) and, if `create`, create it with its parents;
+    return `path`. Called before any long work, so a mistake in `--out` costs nothing.
+
+    Raises:
+        UserError: `path` or a folder above it is a file, or cannot be written.
+    """
+    existing = path
+    while not os.path.exists(existing):  # the folder itself, or the nearest one above
+        existing = os.path.dirname(existing) or "."
+    if not os.path.isdir(existing):
+        where = "it" if existing == path else existing
+        raise UserError(f"cannot write to {path}: {where} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write to {path}: {existing} is not writable by this user")
+    if create:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as err:
+            raise UserError(f"cannot write to {path}: {err.strerror}") from None
+    return path
+
+
 def run_command(prog: str, func: Callable[..., Any], *args: Any) -> int:
     """`func(*args)` as the body of command `prog`: its exit status (None counts as 0), or 2
     with one line on stderr when it raises `UserError`. Output piped into a reader that stops

@@ -16,7 +16,7 @@ import os
 
 from datagen import records
 from datagen.measure import OK, RUN_ERROR, latency_stats, run_latency
-from datagen.errors import UserError
+from datagen.errors import UserError, output_folder
 from datagen.sampler import hash_text, trace_hash, trace_to_json
 from datagen.tvm_env import target_json, to_python, versions
 
@@ -122,10 +122,7 @@ def export_database(dataset: str, out: str) -> int:
     paths = [os.path.join(out, WORKLOAD_FILE), os.path.join(out, RECORD_FILE)]
     if any(os.path.exists(p) for p in paths):
         raise UserError(f"{out} already holds a MetaSchedule database; choose an empty folder")
-    try:
-        os.makedirs(out, exist_ok=True)
-    except OSError as err:
-        raise UserError(f"cannot write to {out}: {err.strerror}") from None
+    output_folder(out)
     tmp = [p + ".tmp" for p in paths]
     db = JSONDatabase(*tmp, allow_missing=True)
     for _, group in frame.groupby("workload_key", sort=False):

@@ -60,7 +60,7 @@ import uuid
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from datagen.errors import UserError
+from datagen.errors import UserError, output_folder
 
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -189,9 +189,8 @@ class ShardWriter:
     def __init__(self, root: str):
         import fcntl
 
-        self.root = root
+        self.root = output_folder(root)
         try:
-            os.makedirs(root, exist_ok=True)
             self._lock = open(os.path.join(root, ".lock"), "a+")
         except OSError as err:
             raise UserError(f"cannot write to {root}: {err.strerror}") from None

@@ -20,9 +20,36 @@ writes it beside the checkpoint, which then predicts the blend of both (`costmod
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from datagen.errors import run_command
+from datagen.errors import UserError, run_command
+
+# what Lightning's --ckpt_path also accepts besides a file: it finds those checkpoints itself
+LIGHTNING_CKPT_NAMES = ("best", "last", "hpc", "registry")
+
+
+def check_ckpt_path(subcommand: str, path: str | None) -> None:
+    """A `--ckpt_path` that Lightning would fail on with a traceback, refused in one line: a
+    missing file, one that is not a checkpoint or would run code, one without Lightning's
+    entries (the shipped checkpoints keep only the model), and for `fit`, which resumes
+    training, one without the optimiser's state.
+
+    Raises:
+        UserError: as above.
+    """
+    from costmodel import checkpoint
+
+    if not path or (not os.path.exists(path) and (path in LIGHTNING_CKPT_NAMES
+                                                  or path.startswith("registry:"))):
+        return
+    ckpt = checkpoint.read(path)
+    if "pytorch-lightning_version" not in ckpt or \
+            (subcommand == "fit" and "optimizer_states" not in ckpt):
+        raise UserError(f"{path} holds a trained model without the state of its training "
+                        f"(as the shipped checkpoints), which {subcommand} --ckpt_path needs; "
+                        f"train from its weights with --model.init_from {path}, or score it "
+                        f"with 'costmodel evaluate {path} --dataset DIR --out DIR'")
 
 
 def _fit(args: list[str] | None) -> int:
@@ -37,6 +64,11 @@ def _fit(args: list[str] | None) -> int:
             parser.link_arguments("model.use_store_features", "data.store_features")
             parser.link_arguments("model.use_trace_features", "data.trace_features")
             parser.link_arguments("model.use_warp_features", "data.warp_features")
+
+        def parse_arguments(self, parser, args):
+            super().parse_arguments(parser, args)
+            if subcommand := self.config.get("subcommand"):
+                check_ckpt_path(subcommand, self.config[subcommand].get("ckpt_path"))
 
     CLI(CostModelModule, ScheduleDataModule, seed_everything_default=0,
         save_config_kwargs={"overwrite": True}, args=args)

@@ -20,7 +20,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from datagen.errors import UserError
+from datagen.errors import UserError, output_folder
 from datagen.records import read_records
 from datagen.tvm_env import make_target
 from training.data import (RECORD_COLUMNS, check_one_target, record_networks, records_trained_on,
@@ -200,11 +200,11 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
     unless not `blend`.
 
     Raises:
-        UserError: unreadable checkpoints, an unknown baseline, a cache folder that cannot be
-            written, a dataset without usable records or with records of several targets or
-            of another target kind than a checkpoint's (a CPU model on GPU records), a
-            split that leaves a side empty, a checkpoint trained on a share of records that
-            cannot be drawn again from `dataset` for the baselines.
+        UserError: unreadable checkpoints, an unknown baseline, a cache or `out` folder that
+            cannot be written, a dataset without usable records or with records of several
+            targets or of another target kind than a checkpoint's (a CPU model on GPU
+            records), a split that leaves a side empty, a checkpoint trained on a share of
+            records that cannot be drawn again from `dataset` for the baselines.
     """
     from costmodel.predictor import CostModelPredictor
     from training.baselines import BASELINES
@@ -222,6 +222,7 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
         if not os.access(cache_dir, os.W_OK | os.X_OK):
             raise UserError(f"--cache-dir {cache_dir}: not writable; name a folder this user "
                             "can write, or leave the option out")
+    output_folder(out, create=False)  # and an --out that cannot be written
     predictors = [CostModelPredictor.load(checkpoints, cache_dir, blend=blend)] if ensemble \
         else [CostModelPredictor.load(c, cache_dir, blend=blend) for c in checkpoints]
     frame, dropped = usable(read_records(dataset, RECORD_COLUMNS))

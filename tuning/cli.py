@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 
-from datagen.errors import UserError, run_command
+from datagen.errors import UserError, output_folder, run_command
 
 DEFAULT_COMPARE_WORKLOAD = "conv2d/h28_w28_ci128_co128_k3_stride1_pad1"
 
@@ -59,6 +59,7 @@ def _setup(args):
         raise UserError(f"--trials-per-iter must be between 1 and --trials ({args.trials}), "
                         f"not {args.trials_per_iter}: a budget below one round measures nothing")
     torch_device(args.device)  # a device this torch cannot use fails before any work
+    output_folder(args.out, create=False)  # likewise an --out that cannot be written
     target = make_target(args.target, args.threads)
     tracker = Tracker.parse(args.tracker, args.key) if args.tracker else None
     tuners = [TUNERS.get(t) for t in (getattr(args, "tuners", None) or [args.tuner])]

@@ -99,6 +99,10 @@ def test_a_crafted_pickle_is_refused_and_runs_nothing(tmp_path, graphs, target):
     proc = run_cli("run", "dense/m32_n32_k32", "--checkpoint", str(path), "--out",
                    str(tmp_path / "o"), prog="tune")
     assert_clean_error(proc, "was refused", prog="tune")
+    proc = run_cli("run", "dense/m32_n32_k32", "--checkpoint", str(plain), "--out",
+                   str(tmp_path / "o"), prog="tune")
+    assert_clean_error(proc, "was refused", prog="tune")
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr  # not torch's pickle warning too
     assert not marker.exists()
 
 

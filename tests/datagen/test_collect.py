@@ -83,6 +83,16 @@ def test_stats_summarises_families_and_workloads(tmp_path):
     for family in ("dense", "softmax", "conv2d"):
         assert family in proc.stdout
     assert "best_us" in proc.stdout and DENSE in proc.stdout
+    # compact: the same records in one shard, and saying so when there was nothing to do
+    before = read_records(out).sort_values("trace_hash").reset_index(drop=True)
+    shards = len(shard_paths(out))
+    assert f"{out}: {shards} shards" in run_cli("compact", out, check=True).stdout
+    assert "already one shard" in run_cli("compact", out, check=True).stdout
+    after = read_records(out).sort_values("trace_hash").reset_index(drop=True)
+    assert len(shard_paths(out)) == 1 and after.equals(before)
+    (tmp_path / "empty").mkdir()
+    assert_clean_error(run_cli("compact", str(tmp_path / "empty")), "holds no records")
+    assert not list((tmp_path / "empty").iterdir())
 
 
 @pytest.mark.parametrize("args, message", [
@@ -98,6 +108,8 @@ def test_stats_summarises_families_and_workloads(tmp_path):
                  "this host has none: run datagen on the GPU host itself", marks=needs_no_gpu),
     (["collect", "tiny", "--out", "{blocked}/sub"], "cannot write"),
     (["stats", "{out}/missing"], "does not exist"),
+    (["compact", "{out}/missing"], "does not exist"),
+    (["runtime-bundle", "{blocked}/tvm.tar.xz"], "cannot write"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     blocked = tmp_path / "a-file"
@@ -108,6 +120,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     scratch.mkdir()
     assert_clean_error(run_cli(*args, env={"TMPDIR": str(scratch)}), message)
     assert not list(scratch.iterdir())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "tmp"]  # nothing written
 
 
 def test_a_dataset_of_another_target_is_refused_and_kept(tmp_path):

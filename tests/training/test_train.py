@@ -124,6 +124,55 @@ def test_bad_input(tiny_dataset, tmp_path, args, message):
     assert message in proc.stderr and "Traceback" not in proc.stderr
 
 
+class RunsCode:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_ckpt_path_resumes_what_fit_wrote_and_refuses_the_rest_in_one_line(
+        checkpoint, tiny_dataset, tmp_path):
+    """Lightning's --ckpt_path resumes a checkpoint that `train fit` wrote; a missing file, a
+    crafted pickle (which must not run) and a model without its training state (as the
+    shipped checkpoints) are one line each, where Lightning gave tracebacks or usage pages."""
+    import torch
+
+    from costmodel import checkpoint as ckpt_format
+
+    proc = train("--data.dataset", tiny_dataset, "--trainer.max_epochs", "4",
+                 "--ckpt_path", checkpoint, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Restored all states from the checkpoint" in proc.stderr + proc.stdout
+    marker = tmp_path / "code-ran"
+    torch.save({"costmodel": {"format_version": 2}, "payload": RunsCode(marker)},
+               tmp_path / "evil.ckpt")
+    loaded = ckpt_format.load(checkpoint)
+    ckpt_format.save(str(tmp_path / "model-only.ckpt"), loaded.model, loaded.meta,
+                     loaded.hparams)
+    for name, message in [("missing.ckpt", "does not exist"),
+                          ("evil.ckpt", "was refused"),
+                          ("model-only.ckpt", "without the state of its training (as the "
+                                              "shipped checkpoints), which fit --ckpt_path "
+                                              "needs; train from its weights with "
+                                              "--model.init_from")]:
+        proc = train("--data.dataset", tiny_dataset, "--ckpt_path", str(tmp_path / name),
+                     cwd=tmp_path)
+        assert_clean_error(proc, message, prog="train")
+    assert not marker.exists()
+
+
+def test_evaluate_refuses_an_out_it_cannot_write_before_any_work(checkpoint, tiny_dataset,
+                                                                  tmp_path):
+    (tmp_path / "a-file").write_text("not a folder")
+    for out in ("a-file", "a-file/eval"):
+        proc = run_cli("evaluate", checkpoint, "--dataset", tiny_dataset, "--out",
+                       str(tmp_path / out), prog="costmodel")
+        assert_clean_error(proc, "is a file, not a folder", prog="costmodel")
+    assert (tmp_path / "a-file").read_text() == "not a folder"
+
+
 def test_evaluate_holds_out_the_named_families_without_split(checkpoint, tiny_dataset,
                                                               tmp_path):
     """--test-families alone means the family split (it used to be ignored without --split)."""

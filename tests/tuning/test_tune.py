@@ -324,6 +324,17 @@ def test_bad_input(args, match, tmp_path, tiny_checkpoint):
     assert_clean_error(proc, match, prog="tune")
 
 
+@pytest.mark.parametrize("command", ["run", "compare"])
+def test_an_out_that_is_a_file_is_one_line_before_any_work(command, tmp_path, tiny_checkpoint):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("x")
+    for out in (blocked, blocked / "sub"):
+        proc = run_cli(command, WORKLOAD, "--checkpoint", tiny_checkpoint, "--out", str(out),
+                       prog="tune")
+        assert_clean_error(proc, "is a file, not a folder", prog="tune")
+    assert blocked.read_text() == "x"
+
+
 def test_checkpoint_for_another_target_kind(tiny_checkpoint, tmp_path):
     from costmodel import checkpoint
 
