@@ -446,7 +446,7 @@ def format_table(summary: dict) -> str:
 
 def bench(args) -> int:
     from costmodel import checkpoint
-    from datagen.errors import UserError
+    from datagen.errors import UserError, output_folder
 
     args.variants = list(dict.fromkeys(args.variants + add_tried(args.tried)))
     unknown = sorted(set(args.variants) - set(VARIANTS))
@@ -455,7 +455,7 @@ def bench(args) -> int:
     if args.hybrid_weight is not None and not args.hybrid:
         raise UserError("--hybrid-weight blends with a baseline: name it with --hybrid")
     held = HeldOut(args)
-    os.makedirs(args.out, exist_ok=True)
+    output_folder(args.out)
     runs, variants = [], {}
     for variant in args.variants:
         wanted = settings(args, variant)

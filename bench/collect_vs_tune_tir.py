@@ -143,9 +143,15 @@ def main() -> None:
     if args.tune_tir_worker:
         tune_tir_worker(args.workloads, args.trials, args.work_dir, args.target)
         return
+    from datagen.errors import UserError, output_folder
     from datagen.measure import local_device
     from datagen.tvm_env import make_target
 
+    if args.out:
+        try:
+            output_folder(args.out, create=False)  # result.json comes after the whole run
+        except UserError as err:
+            raise SystemExit(f"error: {err}") from None
     target_kind = make_target(args.target).kind.name
     kind = "cpu" if target_kind == "llvm" else "gpu"
     runs = []

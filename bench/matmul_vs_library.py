@@ -96,7 +96,7 @@ def spread(values: list[float]) -> dict:
 def bench(args) -> int:
     import tvm
 
-    from datagen.errors import UserError
+    from datagen.errors import UserError, output_folder
     from datagen.measure import Measurer, local_device
     from datagen.sampler import replay
     from datagen.tvm_env import default_num_threads, make_target
@@ -105,6 +105,7 @@ def bench(args) -> int:
 
     if args.size < 16 or args.trials < 1 or args.rounds < 1:
         raise UserError("--size must be at least 16, --trials and --rounds at least 1")
+    output_folder(args.out, create=False)  # result.json comes after tuning and measuring
     target = make_target(args.target, args.threads)
     kind = target.kind.name
     if kind not in ("cuda", "llvm"):  # before any tuning: the reference must exist

@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                         "measured here, as bo and ms-ours correct it while tuning")
     args = parser.parse_args(argv)
 
-    from datagen.errors import UserError
+    from datagen.errors import UserError, output_folder
     from datagen.measure import Measurer
     from datagen.tvm_env import describe_target, host_cpu, make_target, target_json
 
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         protocol = json.loads(frame.protocol.iloc[0])
         settings = {"dataset": os.path.relpath(dataset, ROOT) if os.path.isabs(dataset) else dataset,
                     "target_here": target_json(target), "protocol": protocol, "rounds": ROUNDS}
-        os.makedirs(args.out, exist_ok=True)
+        output_folder(args.out)
         settings_path = os.path.join(args.out, "settings.json")
         if os.path.exists(settings_path):
             with open(settings_path, encoding="utf-8") as handle:

@@ -615,7 +615,7 @@ def run(args, architecture: dict, mode: str, share: float, seed: int, work: str,
 def bench(args) -> int:
     from costmodel import checkpoint
     from costmodel.predictor import torch_device
-    from datagen.errors import UserError
+    from datagen.errors import UserError, output_folder
     from training.data import check_share, split_workloads
 
     for share in args.shares:
@@ -648,7 +648,7 @@ def bench(args) -> int:
     reference = args.reference and read_reference(  # before any training: a bad one fails now
         args.reference, args.dataset, len(side.records(expected["test"])))
     wanted = settings(args)
-    os.makedirs(args.out, exist_ok=True)
+    output_folder(args.out)
     teachers = [m for m in args.modes if m != SELF_TRAINED]
     runs = []
     for share in args.shares:

@@ -248,10 +248,14 @@ def main() -> None:
     args = parser.parse_args()
 
     from costmodel import checkpoints
-    from datagen.errors import UserError
+    from datagen.errors import UserError, output_folder
     from datagen.measure import Measurer
     from datagen.tvm_env import make_target
 
+    try:
+        output_folder(args.out, create=False)  # before any tuning
+    except UserError as err:
+        raise SystemExit(f"error: {err}") from None
     target = make_target(args.target)
     on_gpu = target.kind.name != "llvm"
     if on_gpu and set(args.parts) != {"gpu"}:

@@ -48,4 +48,7 @@ def test_bad_input_is_one_line_before_any_tuning(tmp_path):
         assert_clean_error(run_bench("--target", "nvidia/nvidia-h100", "--out",
                                      str(tmp_path / "c"), cwd=tmp_path),
                            "this torch sees no GPU", prog=PROG)
+    (tmp_path / "d").write_text("x")  # result.json would come after tuning and measuring
+    assert_clean_error(run_bench("--out", str(tmp_path / "d" / "sub"), cwd=tmp_path),
+                       "is a file, not a folder", prog=PROG)
     assert not any((tmp_path / d).exists() for d in "abc")

@@ -27,6 +27,18 @@ def test_gpu_part_without_a_gpu_is_one_line(tmp_path, args, message):
     assert not os.listdir(tmp_path)  # nothing tuned, nothing written
 
 
+@pytest.mark.parametrize("script", ["tuning_vs_metaschedule.py", "collect_vs_tune_tir.py"])
+def test_an_out_that_is_a_file_is_one_line_before_any_work(tmp_path, script):
+    (tmp_path / "a-file").write_text("x")
+    proc = subprocess.run([sys.executable, os.path.join(os.path.dirname(BENCH), script),
+                           "--out", str(tmp_path / "a-file" / "sub")],
+                          capture_output=True, text=True, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1, proc.stderr
+    assert "a-file is a file, not a folder" in lines[0]
+    assert os.listdir(tmp_path) == ["a-file"]
+
+
 def test_gpu_part_report_needs_no_gpu(tmp_path):
     """The pairs measured on a GPU are summarised anywhere: --report measures nothing, and
     says when the pairs were made with another model than the shipped one (these, with the
