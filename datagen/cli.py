@@ -38,8 +38,18 @@ def _config(args, dataset: str, tracker=None, threads: int | None = None,
 
     if args.per_workload < 1 or args.batch_size < 1:
         raise UserError("--per-workload and --batch-size must be at least 1")
-    if args.draw_workers is not None and args.draw_workers < 1:
-        raise UserError("--draw-workers must be at least 1")
+    for name, value, least in (("--draw-workers", args.draw_workers, 1),
+                               ("--build-workers", args.build_workers, 1),
+                               ("--threads", threads, 1), ("--repeat", args.repeat, 1),
+                               ("--min-repeat-ms", args.min_repeat_ms, 0)):
+        if value is not None and value < least:
+            raise UserError(f"{name} must be at least {least}, not {value}")
+    if not 0 <= args.evolve_fraction <= 1:
+        raise UserError("--evolve-fraction is a share of each round, from 0 to 1, not "
+                        f"{args.evolve_fraction:g}")
+    for name, value in (("--build-timeout", args.build_timeout), ("--run-timeout", run_timeout)):
+        if not value > 0:  # NaN too
+            raise UserError(f"{name} must be a positive number of seconds, not {value:g}")
     target = make_target(args.target, threads)
     torch_model = getattr(args, "torch_model", None)
     workloads = resolve(args.workloads or ([] if torch_model else ["default"]))

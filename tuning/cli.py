@@ -58,6 +58,8 @@ def _setup(args):
     if args.trials_per_iter < 1 or args.trials_per_iter > args.trials:
         raise UserError(f"--trials-per-iter must be between 1 and --trials ({args.trials}), "
                         f"not {args.trials_per_iter}: a budget below one round measures nothing")
+    if args.threads is not None and args.threads < 1:
+        raise UserError(f"--threads must be at least 1, not {args.threads}")
     torch_device(args.device)  # a device this torch cannot use fails before any work
     output_folder(args.out, create=False)  # likewise an --out that cannot be written
     target = make_target(args.target, args.threads)
@@ -166,6 +168,8 @@ def _compare(args) -> int:
     budgets = sorted({b for b in args.budgets if b <= args.trials} | {args.trials})
     if args.remeasure_rounds < 1:
         raise UserError(f"--remeasure-rounds must be at least 1, not {args.remeasure_rounds}")
+    if min(args.budgets) < 1:
+        raise UserError(f"--budgets are trial counts, at least 1, not {min(args.budgets)}")
     target, measurer, inputs = _setup(args)
     os.makedirs(args.out, exist_ok=True)
     try:
