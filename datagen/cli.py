@@ -136,10 +136,9 @@ def _ingest(args) -> int:
 
 
 def _compact(args) -> int:
-    from datagen.records import ShardWriter, shard_paths
+    from datagen.records import ShardWriter, check_folder, shard_paths
 
-    if not os.path.isdir(args.dataset):
-        raise UserError(f"dataset folder {args.dataset} does not exist")
+    check_folder(args.dataset)
     if not shard_paths(args.dataset):
         raise UserError(f"{args.dataset} holds no records; nothing to compact")
     writer = ShardWriter(args.dataset)

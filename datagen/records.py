@@ -108,6 +108,13 @@ SCHEMA = pa.schema([
 ], metadata={SCHEMA_KEY: str(SCHEMA_VERSION).encode()})
 
 
+def check_folder(root: str) -> None:
+    """Raise `UserError` unless the dataset folder `root` exists and is a folder."""
+    if not os.path.isdir(root):
+        raise UserError(f"dataset folder {root} " + ("is a file, not a folder"
+                        if os.path.exists(root) else "does not exist"))
+
+
 def shard_paths(root: str) -> list[str]:
     return sorted(glob.glob(os.path.join(root, SHARD_PATTERN)))
 
@@ -161,8 +168,7 @@ def read_records(root: str, columns: list[str] | None = None):
     """
     import pandas as pd
 
-    if not os.path.isdir(root):
-        raise UserError(f"dataset folder {root} does not exist")
+    check_folder(root)
     tables = []
     for path, schema in _live_shards(root)[0].items():
         try:

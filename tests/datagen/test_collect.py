@@ -115,6 +115,8 @@ def test_stats_summarises_families_and_workloads(tmp_path):
      "--run-timeout must be a positive number of seconds"),
     (["stats", "{out}/missing"], "does not exist"),
     (["compact", "{out}/missing"], "does not exist"),
+    (["compact", "{blocked}"], "is a file, not a folder"),
+    (["stats", "{blocked}"], "is a file, not a folder"),
     (["runtime-bundle", "{blocked}/tvm.tar.xz"], "cannot write"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
