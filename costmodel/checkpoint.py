@@ -273,7 +273,8 @@ def convert(src: str, dst: str) -> dict:
         "target_kind": json.loads(meta["target"])["kind"],
         "sides": {side: [str(k) for k in keys] for side, keys in meta["sides"].items()},
     })
-    hp.setdefault("model", "graphsage")
+    hp.pop("model", None)  # format 1's name for what training now calls the architecture
+    hp.setdefault("architecture", meta["architecture"]["name"])
     validate(src, meta)
     model = create_model(meta["architecture"])
     model.load_state_dict({k.removeprefix(PREFIX): v for k, v in ckpt["state_dict"].items()

@@ -163,6 +163,10 @@ def test_convert_a_format_1_checkpoint(tmp_path, graphs, target):
     run_cli("convert", str(old), str(converted), prog="costmodel", check=True)
     np.testing.assert_array_equal(CostModelPredictor.load(str(converted)).predict_graphs(graphs),
                                   CostModelPredictor.load(new).predict_graphs(graphs))
+    # the hyperparameters carry training's names, Lightning's instantiator dropped
+    hp_new = checkpoint.load(str(converted)).hparams
+    assert hp_new["architecture"] == "graphsage" and hp_new["hidden"] == 16
+    assert "model" not in hp_new and "_instantiator" not in hp_new
     proc = run_cli("convert", str(converted), str(tmp_path / "again.ckpt"), prog="costmodel")
     assert_clean_error(proc, "already a format-2 checkpoint", prog="costmodel")
     assert not (tmp_path / "again.ckpt").exists()
