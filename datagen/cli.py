@@ -26,7 +26,16 @@ from datagen.collect import (DEFAULT_BATCH_SIZE, DEFAULT_EVOLVE_FRACTION, DEFAUL
 from datagen.errors import UserError, run_command
 from datagen.measure import DEFAULT_PROTOCOL, DEFAULT_RUN_TIMEOUT_SEC
 
-DEFAULT_OUT = "data/default"
+DATA_ROOT = "data"
+
+
+def default_dataset(target) -> str:
+    """The dataset folder of a target: `data/llvm-CPU` for a CPU (one folder per CPU model, as
+    `collect` refuses to mix them), `data/cuda-ARCH` for a GPU, `data/KIND` otherwise."""
+    attrs = dict(target.attrs)
+    detail = attrs.get("mcpu") or attrs.get("arch") or ""
+    return os.path.join(DATA_ROOT, f"{target.kind.name}-{detail}" if detail else
+                        target.kind.name)
 
 
 def _config(args, dataset: str, tracker=None, threads: int | None = None,
@@ -73,6 +82,11 @@ def _collect(args) -> int:
     from datagen.measure import Tracker
 
     tracker = Tracker.parse(args.tracker, args.key) if args.tracker else None
+    if args.out is None:
+        from datagen.tvm_env import make_target
+
+        args.out = default_dataset(make_target(args.target, args.threads))
+        print(f"datagen: collecting into {args.out}", file=sys.stderr)
     cfg = _config(args, args.out, tracker, args.threads, args.run_timeout)
     # Ctrl-C or SIGTERM: stop after the program being measured (a KeyboardInterrupt raised
     # while TVM's runner waits would come back through TVM as another error); a second one
@@ -260,7 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("collect", help="sample, build and measure schedules into a dataset")
     _draw_options(p)
-    p.add_argument("--out", default=DEFAULT_OUT, help=f"dataset folder (default {DEFAULT_OUT})")
+    p.add_argument("--out", help="dataset folder (default: the target's own, data/llvm-CPU "
+                   "for this host's CPU, e.g. data/llvm-znver4)")
     p.add_argument("--torch-model", metavar="PT2", help="also collect every task of a "
                    "torch.export program saved with torch.export.save")
     p.add_argument("--threads", type=int, help="runtime threads (default: TVM_NUM_THREADS or "

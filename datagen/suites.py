@@ -1,11 +1,15 @@
 """Names to workloads: the registry's suites (`datagen.workloads.SUITES`), those of the shipped
-network catalogue (`datagen.networks`), and workload keys, as the command lines take them."""
+network catalogue (`datagen.networks`), the generated ones (`datagen.generator`), slices of
+any suite (`generated[0:500]`: its workloads 0 to 499), and workload keys, as the command lines
+take them."""
 
 from __future__ import annotations
 
 import difflib
+import re
 
 from datagen.errors import UserError
+from datagen.generator import generated_suites
 from datagen.networks import network_suites
 from datagen.workloads import FAMILIES, SUITES, Workload, from_key
 
@@ -17,9 +21,28 @@ def _unknown(kind: str, name: str, known) -> UserError:
 
 
 def all_suites() -> dict[str, list[Workload]]:
-    """The registry's suites and those of the shipped network catalogue (`net-NAME`,
-    `networks`; see `datagen.networks`)."""
-    return {**SUITES, **network_suites()}
+    """The registry's suites, those of the shipped network catalogue (`net-NAME`,
+    `networks`; see `datagen.networks`) and the generated ones (`datagen.generator`)."""
+    return {**SUITES, **network_suites(), **generated_suites()}
+
+
+_SLICE = re.compile(r"^(?P<suite>[^\[\]]+)\[(?P<start>\d*):(?P<stop>\d*)\]$")
+
+
+def _sliced(name: str, suites: dict[str, list[Workload]]) -> list[Workload] | None:
+    """The workloads of 'SUITE[START:STOP]', None if `name` is not of that form."""
+    match = _SLICE.match(name)
+    if match is None:
+        return None
+    if match["suite"] not in suites:
+        raise _unknown("suite", match["suite"], suites)
+    items = suites[match["suite"]]
+    start = int(match["start"] or 0)
+    stop = int(match["stop"]) if match["stop"] else len(items)
+    if not start < min(stop, len(items)):
+        raise UserError(f"{name}: an empty slice ({match['suite']} has {len(items)} "
+                        "workloads)")
+    return items[start:stop]
 
 
 def get_suite(name: str) -> list[Workload]:
@@ -38,6 +61,8 @@ def resolve(names: list[str]) -> list[Workload]:
     for name in names:
         if name in suites:
             items = suites[name]
+        elif (part := _sliced(name, suites)) is not None:
+            items = part
         elif name in known:
             items = [known[name]]
         elif name.partition("/")[0] in FAMILIES and "/" in name:
