@@ -84,11 +84,12 @@ class Checkpoint:
 
 def describe(model, normalization: Normalization, target: str, dataset: str, split: str,
              sides: dict[str, list[str]], init_from: dict | None = None,
-             train_share: dict | None = None, joint: dict | None = None) -> dict:
+             train_share: dict | None = None, joint: dict | None = None,
+             test_dataset: str | None = None) -> dict:
     """The self-description of a checkpoint of `model` (the "costmodel" entry); `init_from`
     (`source`'s description), `train_share` (the share of the training side's records it
-    was trained on) and `joint` (another dataset that trained beside it) are recorded when
-    given."""
+    was trained on), `joint` (another dataset that trained beside it) and `test_dataset` (the
+    other suite a cross-suite split tests on) are recorded when given."""
     meta = {"format_version": FORMAT_VERSION, "featurizer_version": featurize.FEATURIZER_VERSION,
             **LAYOUT, "architecture": dict(model.architecture),
             "normalization": normalization.to_dict(), "target": target,
@@ -106,6 +107,8 @@ def describe(model, normalization: Normalization, target: str, dataset: str, spl
         meta["train_share"] = train_share
     if joint is not None:
         meta["joint"] = joint
+    if test_dataset is not None:
+        meta["test_dataset"] = test_dataset
     return meta
 
 

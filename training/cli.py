@@ -87,7 +87,7 @@ def _evaluate(args) -> int:
                       args.test_families, args.seed, baseline=not args.no_baseline,
                       test_networks=args.test_networks, ensemble=args.ensemble,
                       baselines=args.baselines, cache_dir=args.cache_dir,
-                      blend=not args.no_blend)
+                      blend=not args.no_blend, train_dataset=args.train_dataset)
     for name, m in report["models"].items():
         cells = ", ".join(f"{k} {v:.3f}" for k, v in m["mean"].items() if v is not None)
         print(f"{name}: {cells}")
@@ -127,6 +127,8 @@ def costmodel_main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="folder for report.json, report.md, plots")
     p.add_argument("--split", choices=SPLITS,
                    help="default: the split the first checkpoint was trained on")
+    p.add_argument("--train-dataset", help="cross-suite: the records the checkpoint trained on "
+                   "(default: its own dataset); --dataset is the other suite, scored")
     p.add_argument("--test-fraction", type=float, default=0.2)
     p.add_argument("--test-families", nargs="*", help="hold these out (implies --split family)")
     p.add_argument("--test-networks", nargs="*",

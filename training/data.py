@@ -4,8 +4,18 @@ Splits hold out whole workloads, so the test side is programs the model never sa
 - "shapes": a `test_fraction` of the workloads of every family (held-out shapes);
 - "family": every workload of the `test_families` (held-out operator families);
 - "network": every workload of the `test_networks` (held-out networks); a workload that also
-  occurs in another network is trained on, so it never counts as held out.
-A `val_fraction` of the remaining training workloads validates. Normalisation (node, program
+  occurs in another network is trained on, so it never counts as held out;
+and three out of distribution, which hold out what a user brings rather than near relatives
+of the training tasks:
+- "novel-shapes": a `test_fraction` of the workloads, none of whose buffer shapes (of rank 2
+  or more: a 768-vector bias is everywhere) occurs in any training workload;
+- "unseen-family": every workload of a family no training workload has (`test_families`,
+  default the generator's `UNSEEN_FAMILIES` that the dataset holds);
+- "cross-suite": every workload of another dataset of the same target (`test_dataset`, say
+  the hand-written `full` suite beside the network tasks, or the reverse).
+A `val_fraction` of the remaining training workloads validates; in the three splits out of
+distribution it is held out the way the test side is (whole shape groups, whole families), so
+that a model chosen on validation is chosen out of distribution too. Normalisation (node, program
 and target statistics) is fitted on the training split only and travels with the checkpoint;
 with `normalize_per_workload` each record's target is its log-latency standardised within its
 workload instead (the model then predicts a relative score, not a latency).
@@ -37,7 +47,9 @@ from datagen.measure import OK
 from datagen.errors import UserError
 from datagen.tvm_env import describe_target
 
-SPLITS = ("shapes", "family", "network", "all")
+SPLITS = ("shapes", "family", "network", "novel-shapes", "unseen-family", "cross-suite", "all")
+OUT_OF_DISTRIBUTION = ("novel-shapes", "unseen-family", "cross-suite")
+SUITE_COLUMN = "suite"  # cross-suite: "test" for the records of `test_dataset`
 RECORD_COLUMNS = ["workload_key", "family", "network", "workload_ir", "trace", "trace_hash",
                   "status", "latency_median", "latency_cv", "latencies", "workload_weight",
                   "target"]
@@ -79,16 +91,74 @@ def networks_of(frame: pd.DataFrame) -> dict[str, set[str]]:
     return out
 
 
+def buffer_shapes(frame: pd.DataFrame) -> dict[str, frozenset]:
+    """Each workload's argument buffer shapes of rank 2 or more, from its stored IR."""
+    import tvm
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    first = frame.drop_duplicates("workload_key")
+    out = {}
+    for key, ir in zip(first.workload_key, first.workload_ir):
+        args = ArgInfo.from_prim_func(tvm.ir.load_json(ir)["main"])
+        out[str(key)] = frozenset(tuple(int(d) for d in a.shape) for a in args
+                                  if len(a.shape) >= 2)
+    return out
+
+
+def shape_groups(shapes: dict[str, frozenset]) -> list[list[str]]:
+    """The workloads in groups that share no buffer shape with one another (the connected
+    components of "shares a shape"), each sorted, in key order."""
+    parent = {k: k for k in shapes}
+
+    def root(k):
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    owner: dict[tuple, str] = {}
+    for key in sorted(shapes):
+        for shape in shapes[key]:
+            if shape in owner:
+                parent[root(key)] = root(owner[shape])
+            else:
+                owner[shape] = key
+    groups: dict[str, list[str]] = {}
+    for key in sorted(shapes):
+        groups.setdefault(root(key), []).append(key)
+    return sorted(groups.values())
+
+
+def _take_groups(groups: list[list[str]], fraction: float, rng) -> list[str]:
+    """Whole groups, in a seeded random order, until `fraction` of their workloads is
+    reached; a group of more than half of them is never taken (it would be the side)."""
+    total = sum(len(g) for g in groups)
+    want = int(round(total * fraction))
+    taken: list[str] = []
+    for i in rng.permutation(len(groups)):
+        if len(taken) >= want:
+            break
+        if len(groups[i]) <= total / 2:
+            taken += groups[i]
+    return sorted(taken)
+
+
 def split_workloads(frame: pd.DataFrame, split: str, test_fraction: float,
                     test_families: list[str], val_fraction: float, seed: int,
                     test_networks: list[str] | None = None) -> dict[str, list[str]]:
     """Workload keys of the train, val and test sides; the three never share a key.
 
+    `frame` holds the records of every side; for "cross-suite" its `SUITE_COLUMN` says which
+    are the other dataset's ("test").
+
     Raises:
         UserError: unknown split, family or network, or a side left empty.
     """
+    from datagen.workloads import UNSEEN_FAMILIES
+
     rng = np.random.default_rng(seed)
     families = frame.groupby("family").workload_key.unique()
+    held_out_like_test = None  # how an out-of-distribution split draws validation
     if split == "network":
         nets = networks_of(frame)
         known = set().union(*nets.values()) if nets else set()
@@ -103,19 +173,50 @@ def split_workloads(frame: pd.DataFrame, split: str, test_fraction: float,
             keys = sorted(families[fam])
             n = int(round(len(keys) * test_fraction)) if len(keys) > 1 else 0
             test += [str(k) for k in rng.permutation(keys)[:n]]
-    elif split == "family":
+    elif split in ("family", "unseen-family"):
+        if split == "unseen-family" and not test_families:
+            test_families = sorted(set(UNSEEN_FAMILIES) & set(families.index))
+            if not test_families:
+                raise UserError(f"the dataset holds none of the unseen families "
+                                f"({', '.join(UNSEEN_FAMILIES)}); collect them with 'datagen "
+                                "collect unseen-families', or name --test-families")
         unknown = sorted(set(test_families) - set(families.index))
         if unknown or not test_families:
             raise UserError(f"test_families {unknown or test_families} not in the dataset "
                             f"(families: {', '.join(sorted(families.index))})")
         test = sorted(k for fam in test_families for k in families[fam])
+        if split == "unseen-family":
+            def held_out_like_test(rest):  # whole families validate
+                fams = frame[frame.workload_key.isin(rest)].groupby("family").workload_key
+                return _take_groups([sorted(map(str, v)) for _, v in
+                                     sorted(fams.unique().items())], val_fraction, rng)
+    elif split == "novel-shapes":
+        shapes = buffer_shapes(frame)
+        test = _take_groups(shape_groups(shapes), test_fraction, rng)
+
+        def held_out_like_test(rest):  # whole shape groups of the rest validate
+            return _take_groups(shape_groups({k: shapes[k] for k in rest}), val_fraction, rng)
+    elif split == "cross-suite":
+        if SUITE_COLUMN not in frame:
+            raise UserError("the cross-suite split tests on another dataset: name it "
+                            "(test_dataset, --test-dataset)")
+        theirs = frame[SUITE_COLUMN].to_numpy() == "test"
+        test = sorted(set(map(str, frame.workload_key[theirs])))
+        mine = sorted(set(map(str, frame.workload_key[~theirs])) - set(test))
+        shapes = buffer_shapes(frame[frame.workload_key.isin(mine)])
+
+        def held_out_like_test(rest):
+            return _take_groups(shape_groups({k: shapes[k] for k in rest}), val_fraction, rng)
     elif split == "all":  # the model that ships: every workload trains or validates
         test = []
     else:
         raise UserError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
     rest = sorted(set(frame.workload_key) - set(test))
-    n_val = int(round(len(rest) * val_fraction))
-    val = [str(k) for k in rng.permutation(rest)[:n_val]]
+    if held_out_like_test is not None and val_fraction > 0:
+        val = held_out_like_test(rest)
+    else:
+        n_val = int(round(len(rest) * val_fraction))
+        val = [str(k) for k in rng.permutation(rest)[:n_val]]
     sides = {"train": sorted(set(rest) - set(val)), "val": sorted(val), "test": sorted(test)}
     empty = [name for name, keys in sides.items()
              if not keys and (name != "val" or val_fraction > 0) and
@@ -125,6 +226,28 @@ def split_workloads(frame: pd.DataFrame, split: str, test_fraction: float,
                         f"({frame.workload_key.nunique()} workloads); change the fractions "
                         "or collect more workloads")
     return sides
+
+
+def with_test_dataset(frame: pd.DataFrame, test_dataset: str, dataset: str) -> pd.DataFrame:
+    """`frame` (the usable records of `dataset`) and those of `test_dataset`, marked
+    (`SUITE_COLUMN`), for the cross-suite split.
+
+    Raises:
+        UserError: `test_dataset` has no usable record, or was measured on another target.
+    """
+    from datagen.records import read_records
+
+    other, _ = usable(read_records(test_dataset, RECORD_COLUMNS))
+    if other.empty:
+        raise UserError(f"test_dataset {test_dataset} has no successfully measured records")
+    check_one_target(other, test_dataset)
+    if other.target.iloc[0] != frame.target.iloc[0]:
+        raise UserError(f"test_dataset {test_dataset} was measured on "
+                        f"{describe_target(other.target.iloc[0])} and {dataset} on "
+                        f"{describe_target(frame.target.iloc[0])}: the cross-suite split "
+                        "compares suites on one target")
+    return pd.concat([frame.assign(**{SUITE_COLUMN: "train"}),
+                      other.assign(**{SUITE_COLUMN: "test"})], ignore_index=True)
 
 
 def training_records(checkpoint_path: str, meta: dict, dataset: str | None,
@@ -288,11 +411,15 @@ class ScheduleDataModule(L.LightningDataModule):
     Args:
         dataset: dataset folder written by `datagen collect`.
         split: "shapes" (held-out workloads of every family), "family" (held-out families),
-            "network" (held-out networks) or "all" (nothing held out for testing: the model
-            that ships, evaluated through checkpoints of the other splits).
+            "network" (held-out networks), out of distribution "novel-shapes",
+            "unseen-family" or "cross-suite" (see the module docstring), or "all" (nothing
+            held out for testing: the model that ships, evaluated through checkpoints of the
+            other splits).
         test_fraction: share of each family's workloads held out ("shapes").
         test_families: families held out ("family").
         test_networks: networks held out ("network").
+        test_dataset: the dataset whose workloads are the test side ("cross-suite"): another
+            folder measured on the same target.
         val_fraction: share of the remaining workloads used for validation.
         workloads_per_batch: workloads in one training batch.
         per_workload: records of each workload in one training batch.
@@ -351,8 +478,11 @@ class ScheduleDataModule(L.LightningDataModule):
                  store_features: bool = False, trace_features: bool = False,
                  warp_features: bool = False,
                  joint_dataset: str | None = None, joint_share: float = 1.0,
-                 pseudo_labels: str | None = None):
+                 pseudo_labels: str | None = None, test_dataset: str | None = None):
         super().__init__()
+        if (split == "cross-suite") != bool(test_dataset):
+            raise UserError("the cross-suite split tests on test_dataset, and only it does: "
+                            "give both or neither")
         if per_flop and normalize_per_workload:
             raise UserError("per_flop and normalize_per_workload exclude each other: "
                             "standardising within a workload already removes its scale")
@@ -385,6 +515,8 @@ class ScheduleDataModule(L.LightningDataModule):
             raise UserError(f"{hp.dataset} has no successfully measured records to train on")
         check_one_target(frame, hp.dataset)
         self.target = frame.target.iloc[0]
+        if hp.test_dataset:
+            frame = with_test_dataset(frame, hp.test_dataset, hp.dataset)
         frame = self._featurise(frame)
         self.sides = split_workloads(frame, hp.split, hp.test_fraction, hp.test_families or [],
                                      hp.val_fraction, hp.seed, hp.test_networks)

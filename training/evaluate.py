@@ -23,8 +23,8 @@ import pandas as pd
 from datagen.errors import UserError, output_folder
 from datagen.records import read_records
 from datagen.tvm_env import make_target
-from training.data import (RECORD_COLUMNS, check_one_target, record_networks, records_trained_on,
-                           split_workloads, usable)
+from training.data import (OUT_OF_DISTRIBUTION, RECORD_COLUMNS, check_one_target,
+                           record_networks, records_trained_on, split_workloads, usable)
 from training.metrics import all_metrics, kendall_tau
 
 GRAPHSAGE = "graphsage"
@@ -115,7 +115,9 @@ def _markdown(report: dict) -> str:
     names = list(report["models"])
     metrics = list(report["models"][names[0]]["mean"])
     lines = [f"# Cost-model evaluation: {report['split']} split",
-             "", f"Dataset `{report['dataset']}`; {report['test_workloads']} held-out workloads "
+             "", f"Dataset `{report['dataset']}`"
+             + (f" (trained on `{report['train_dataset']}`)" if report.get("train_dataset")
+                else "") + f"; {report['test_workloads']} held-out workloads "
              f"({', '.join(report['test_families'])}"
              + (f"; networks {', '.join(report['test_networks'])}"
                 if report.get("test_networks") else "") + "), "
@@ -158,14 +160,31 @@ def choose_sides(meta: dict, frame: pd.DataFrame, split: str | None, test_fracti
                  seed: int) -> tuple[str, dict]:
     """(split, sides) to evaluate on: the checkpoint's own, unless another split is asked for.
 
-    Naming test families (networks) without a split means the family (network) split.
+    Naming test families (networks) without a split means the family (network) split. The
+    cross-suite split keeps the checkpoint's training and validation workloads and tests on
+    every other workload of `frame` (the other suite's records).
     """
     if split is None:
         split = "family" if test_families else "network" if test_networks else None
+    if split == "cross-suite":
+        seen = set(meta["sides"]["train"]) | set(meta["sides"]["val"])
+        return split, {"train": meta["sides"]["train"], "val": meta["sides"]["val"],
+                       "test": sorted(set(map(str, frame.workload_key)) - seen)}
     if split is None or (split == meta["split"] and not test_families and not test_networks):
         return meta["split"], meta["sides"]
     return split, split_workloads(frame, split, test_fraction, test_families or [], 0.0, seed,
                                   test_networks)
+
+
+def _suites(meta: dict, dataset: str, train_dataset: str | None) -> tuple[str, str]:
+    """(the records to score, the records the checkpoint trained on) of a cross-suite
+    evaluation: `dataset` and `train_dataset` (default: the checkpoint's own dataset); a
+    checkpoint of the cross-suite split scored on its own dataset is scored on the suite it
+    was tested on."""
+    train_dataset = train_dataset or meta["dataset"]
+    if os.path.abspath(dataset) == os.path.abspath(train_dataset) and meta.get("test_dataset"):
+        dataset = meta["test_dataset"]
+    return dataset, train_dataset
 
 
 def baseline_training(predictors: list, train: pd.DataFrame, own_sides: bool,
@@ -191,13 +210,17 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
              test_fraction: float = 0.2, test_families: list[str] | None = None,
              seed: int = 0, baseline: bool = True, test_networks: list[str] | None = None,
              ensemble: bool = False, baselines: list[str] | None = None,
-             cache_dir: str | None = None, blend: bool = True) -> dict:
+             cache_dir: str | None = None, blend: bool = True,
+             train_dataset: str | None = None) -> dict:
     """Evaluate checkpoints (one per training seed, or all of them as one ensemble) and the
     baselines (`baselines`: names in `BASELINES`, default all; none if not `baseline`);
     write the report. With `cache_dir` (a `Featurizer` cache, as training fills), records
     featurised before are read from it rather than lowered again, and new ones are added.
     A checkpoint with a LightGBM companion beside it is scored as the blend it predicts,
-    unless not `blend`.
+    unless not `blend`. The cross-suite split scores every workload of `dataset` that the
+    checkpoint neither trained nor validated on, and the baselines train on its training
+    workloads' records in `train_dataset` (default: the checkpoint's dataset): say the network
+    tasks' model on the hand-written suite, or the reverse.
 
     Raises:
         UserError: unreadable checkpoints, an unknown baseline, a cache or `out` folder that
@@ -225,10 +248,24 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
     output_folder(out, create=False)  # and an --out that cannot be written
     predictors = [CostModelPredictor.load(checkpoints, cache_dir, blend=blend)] if ensemble \
         else [CostModelPredictor.load(c, cache_dir, blend=blend) for c in checkpoints]
+    meta = predictors[0].meta
+    if split is None and not test_families and not test_networks:
+        split = meta["split"]
+    if split == "cross-suite":
+        dataset, train_dataset = _suites(meta, dataset, train_dataset)
+    elif train_dataset is not None:
+        raise UserError("--train-dataset names the records of the cross-suite split's training "
+                        "side: add --split cross-suite, or leave it out")
     frame, dropped = usable(read_records(dataset, RECORD_COLUMNS))
     if frame.empty:
         raise UserError(f"{dataset} has no successfully measured records")
     check_one_target(frame, dataset)
+    train_frame = frame
+    if split == "cross-suite":
+        train_frame, _ = usable(read_records(train_dataset, RECORD_COLUMNS))
+        if train_frame.empty or train_frame.target.iloc[0] != frame.target.iloc[0]:
+            raise UserError(f"{train_dataset} (the training side) and {dataset} (the suite "
+                            "scored) must both hold usable records of one target")
     kind = json.loads(frame.target.iloc[0])["kind"]
     if other := next((m for p in predictors for m in p.members if m.target_kind != kind), None):
         raise UserError(f"{other.path} was trained for {other.target_kind} targets and "
@@ -236,11 +273,17 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
                         f"them for {other.target_kind}; evaluate a checkpoint trained on "
                         f"{kind} records, or adapt this one to them first (train fit "
                         "--model.init_from, bench/transfer.py)")
-    meta = predictors[0].meta
     split, sides = choose_sides(meta, frame, split, test_fraction, test_families, test_networks,
                                 seed)
+    seen = sorted(set(sides["test"]) & {k for p in predictors for m in p.members
+                                         for k in m.meta["sides"]["train"] + m.meta["sides"]["val"]})
+    if split in OUT_OF_DISTRIBUTION and seen:
+        raise UserError(f"{len(seen)} of the {split} split's held-out workloads trained or "
+                        f"validated a checkpoint (e.g. {seen[0]}): score a checkpoint trained on "
+                        f"this split ('train fit ... --data.split {split}'), or one that never "
+                        "saw these workloads")
     test = frame[frame.workload_key.isin(sides["test"])].reset_index(drop=True)
-    train = frame[frame.workload_key.isin(sides["train"])].reset_index(drop=True)
+    train = train_frame[train_frame.workload_key.isin(sides["train"])].reset_index(drop=True)
     if test.empty and split == "all":
         raise UserError(f"{checkpoints[0]} was trained on every workload (split all) and has "
                         "none held out; evaluate it with --split shapes, family or network on "
@@ -248,8 +291,9 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
     if test.empty or train.empty:
         raise UserError(f"the {split} split leaves {'test' if test.empty else 'train'} empty "
                         f"in {dataset}")
-    fits = baseline_training(predictors, train, sides == meta["sides"], checkpoints,
-                             dataset) if names else []
+    own = sides == meta["sides"] or split == "cross-suite"
+    fits = baseline_training(predictors, train, own, checkpoints,
+                             train_dataset or dataset) if names else []
     os.makedirs(out, exist_ok=True)
     models, preds = {}, {}
     runs = []
@@ -277,6 +321,7 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
                         "per_run": runs}
     test_fams = sorted(test.family.unique())
     report = {"split": split, "dataset": dataset, "dropped_records": dropped,
+              **({"train_dataset": train_dataset} if split == "cross-suite" else {}),
               "test_families": test_fams,
               "test_networks": sorted(set().union(*(record_networks(n) for n in test.network))),
               "train_workloads": len(sides["train"]), "test_workloads": len(sides["test"]),

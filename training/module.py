@@ -252,4 +252,5 @@ class CostModelModule(L.LightningModule):
         ckpt[checkpoint.META_KEY] = checkpoint.describe(
             self.model, data.normalization, data.target, data.hparams.dataset,
             data.hparams.split, data.sides, init_from=self.source,
-            train_share=data.train_share, joint=data.joint)
+            train_share=data.train_share, joint=data.joint,
+            test_dataset=data.hparams.test_dataset)
