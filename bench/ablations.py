@@ -1,4 +1,6 @@
-"""Benchmark: what each step of cost model v2 buys, scored on held-out networks.
+"""Benchmark: what each step of cost model v2 buys, scored on held-out networks (or on any
+split of `training.data`, the out-of-distribution ones included: a base config whose
+`data.split` is novel-shapes, unseen-family or cross-suite with its `test_dataset`).
 
 Every variant trains with `train fit` (the base config, default configs/graphsage-networks.yaml,
 plus the variant's settings) once per seed, keeps its checkpoint of best validation Kendall tau,
@@ -182,12 +184,15 @@ class HeldOut:
 
     def __init__(self, args):
         from datagen.records import read_records
-        from training.data import RECORD_COLUMNS, check_one_target, split_workloads, usable
+        from training.data import (RECORD_COLUMNS, check_one_target, split_workloads, usable,
+                                   with_test_dataset)
 
         data = base_config(args.config)["data"]
         self.dataset = args.dataset or data["dataset"]
         frame, _ = usable(read_records(self.dataset, RECORD_COLUMNS))
         check_one_target(frame, self.dataset)
+        if data.get("split") == "cross-suite":  # the other suite's records are the test side
+            frame = with_test_dataset(frame, data["test_dataset"], self.dataset)
         self.sides = split_workloads(frame, data.get("split", "network"),
                                      data.get("test_fraction", 0.2),
                                      data.get("test_families") or [],
@@ -212,7 +217,8 @@ class HeldOut:
         from training.evaluate import score
 
         found = score(self.predictor(checkpoints), self.test)
-        return {"overall": found["overall"], "per_network": found["per_network"]}
+        return {"overall": found["overall"], "per_network": found["per_network"],
+                "per_family": found["per_family"]}
 
     def hybrid(self, checkpoints: list[str], other, weight: float = 0.5,
                side: str = "test") -> dict:
@@ -231,7 +237,8 @@ class HeldOut:
         ours = self.predicted[tuple(checkpoints), side]
         both = blend(ours, -np.asarray(other), keys.to_numpy(), weight)
         found = _metrics(frame, both, latency=False)
-        return {"overall": found["overall"], "per_network": found["per_network"]}
+        return {"overall": found["overall"], "per_network": found["per_network"],
+                "per_family": found["per_family"]}
 
     def check(self, meta: dict, variant: str) -> None:
         """Refuse a checkpoint that trained on held-out workloads.
@@ -409,7 +416,7 @@ def baseline(args, held: HeldOut, name: str) -> dict:
         return found
     found = _metrics(held.test, baseline_scores(args, held, name), latency=False)
     result = {"settings": wanted, "overall": found["overall"],
-              "per_network": found["per_network"]}
+              "per_network": found["per_network"], "per_family": found["per_family"]}
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_json(path, result)
     return result

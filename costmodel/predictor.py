@@ -12,6 +12,7 @@ the blend of both unless loaded with `blend=False`.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -51,6 +52,16 @@ def torch_device(name: str | None) -> torch.device:
     elif device.type != "cpu":
         raise UserError(f"device {name!r} is not supported; use cpu or cuda (cuda:N for GPU N)")
     return device
+
+
+@contextlib.contextmanager
+def _one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 class CostModelPredictor:
@@ -173,7 +184,6 @@ class CostModelPredictor:
         `predicts_latency`); `groups`: see `predict_and_embed`."""
         return self.predict_and_embed(graphs, groups)[0]
 
-    @torch.no_grad()
     def predict_and_embed(self, graphs, groups=None) -> tuple[np.ndarray, np.ndarray]:
         """Latency in seconds and the network's graph embedding (the head's input) per graph.
 
@@ -182,6 +192,19 @@ class CostModelPredictor:
         network runs on. With a companion, `groups` (one label per graph: its workload) says
         within which graphs the predictions are blended; None: all are one workload's.
         """
+        log_seconds, throughput, embeddings = self.predict_parts(graphs)
+        if self.companion is not None and len(log_seconds):
+            groups = np.zeros(len(log_seconds)) if groups is None else np.asarray(groups)
+            if len(groups) != len(log_seconds):
+                raise ValueError(f"{len(groups)} groups for {len(log_seconds)} graphs")
+            log_seconds = blending.blend(log_seconds, throughput, groups, self.companion.weight)
+        return np.exp(log_seconds), embeddings
+
+    @torch.no_grad()
+    def predict_parts(self, graphs) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """What the blend is made of, per graph: the network's (the ensemble's mean)
+        log-latency, the companion's predicted throughput (None without a companion) and the
+        network's embedding."""
         from torch_geometric.data import Batch
 
         width = sum(m.model.embedding_size for m in self.members)
@@ -202,15 +225,10 @@ class CostModelPredictor:
             log_seconds.append(np.mean(logs, axis=0))
             embeddings.append(np.concatenate(embs, axis=1))
         if not log_seconds:
-            return np.zeros(0), np.zeros((0, width))
-        log_seconds = np.concatenate(log_seconds)
-        if self.companion is not None:
-            groups = np.zeros(len(log_seconds)) if groups is None else np.asarray(groups)
-            if len(groups) != len(log_seconds):
-                raise ValueError(f"{len(groups)} groups for {len(log_seconds)} graphs")
-            log_seconds = blending.blend(log_seconds, np.concatenate(throughput), groups,
-                                         self.companion.weight)
-        return np.exp(log_seconds), np.concatenate(embeddings)
+            return np.zeros(0), (np.zeros(0) if self.companion else None), np.zeros((0, width))
+        return (np.concatenate(log_seconds),
+                np.concatenate(throughput) if self.companion is not None else None,
+                np.concatenate(embeddings))
 
     def adapt(self, graphs: list, latencies, groups, steps: int, lr: float) -> float:
         """Fine-tune every member on measured programs (full-batch Adam, each member's own
@@ -263,12 +281,13 @@ class CostModelPredictor:
         Meanwhile the network runs on one thread: idle torch workers spin and would take the
         cores from the lowering threads (on 2 cores this scores about a third more per second).
         """
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
+        with _one_torch_thread():
             return self.predict_and_embed(self.featurizer.iter_featurize(schedules))
-        finally:
-            torch.set_num_threads(threads)
+
+    def score_parts(self, schedules: list) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """`predict_parts` of scheduled programs, lowered as `score_schedules` lowers them."""
+        with _one_torch_thread():
+            return self.predict_parts(self.featurizer.iter_featurize(schedules))
 
     def predict_records(self, frame) -> np.ndarray:
         """Latency in seconds for the rows of a dataset frame (workload_ir, trace, trace_hash)."""

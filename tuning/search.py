@@ -8,6 +8,12 @@ measure; the results refit the surrogate. Two surrogates:
 - "prior-gp": the learned cost model's predicted log-latency is the prior mean, and a Gaussian
   process over the network's graph embeddings, fitted on this run's measurements, models the
   residual and its uncertainty. Before any measurement the ranking is the model's.
+- "prior-mix": as prior-gp, but the prior mixes every model shipped for the target (the
+  network, its LightGBM companion, the XGBModel pretrained on the same records), each
+  standardised and weighted by how well it ranks this run's own measurements so far (its
+  Kendall tau, none for a model that ranks them no better than chance): a model that is wrong
+  about this workload loses its say, and with every weight at zero the search leans on the GP
+  and on exploration alone.
 - "forest": ytopt's recipe, no prior: a random forest over the schedule's sampled decisions,
   its spread across trees as the uncertainty, candidates drawn at random from the space.
 
@@ -91,6 +97,114 @@ class PriorGP:
         return prior + self.offset + mu, np.maximum(sigma, 1e-6)
 
 
+MIX_MIN_MEASURED = 4  # measurements before the run's own ranking reweights the prior
+MIX_EXPLORE_UNTIL = 16  # until this many measurements, half of each round is drawn at random
+
+
+def kendall(a: np.ndarray, b: np.ndarray) -> float:
+    """Kendall's tau-b of two score vectors (0 where either is constant)."""
+    from scipy.stats import kendalltau
+
+    if len(a) < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return 0.0
+    tau = kendalltau(a, b).statistic
+    return 0.0 if not np.isfinite(tau) else float(tau)
+
+
+@SURROGATES.register("prior-mix")
+class PriorMix(PriorGP):
+    """A prior mixed from several models, reweighted online, plus PriorGP's GP residual.
+
+    Each candidate's prior is a vector: the network's log-latency, and, where the predictor
+    has a LightGBM companion, its negated throughput, and, with an `xgb` model, MetaSchedule's
+    XGBModel's negated score (each ordered like latency). Each part is standardised over every
+    candidate scored in the run; the mixture is the parts' weighted sum, its weights each part's
+    Kendall tau against the measured log-latencies (floored at 0, normalised), equal before
+    `MIX_MIN_MEASURED` measurements. It is mapped onto log-latency by least squares on the
+    measurements (the network's own scale before three of them), and the GP models the rest.
+
+    The candidates a prior picks are those it ranks first, so among them even a prior that
+    ranks the workload backwards can seem right: until `MIX_EXPLORE_UNTIL` measurements, half
+    of each round is drawn at random from the pool (`explore_share`), which the weights can
+    trust. A prior that is right still has the other half: its first picks are measured at once.
+    """
+
+    needs_model = True
+
+    def __init__(self, predictor, seed: int, xgb=None, context=None):
+        super().__init__(predictor, seed)
+        self.xgb, self.context = xgb, context
+        self.names = ["network"] + (["lightgbm"] if predictor.companion is not None else []) \
+            + (["xgb"] if xgb is not None else [])
+        self.seen_parts: list[np.ndarray] = []  # every candidate's parts, for the scales
+        self.weights = np.full(len(self.names), 1.0 / len(self.names))
+        self.scale = (0.0, 1.0)  # log-latency = a + b * mixture
+        self.weight_log: list[dict] = []  # the weights after each refit, for the run's report
+
+    def features(self, cands) -> tuple[list, np.ndarray]:
+        log_seconds, throughput, emb = self.predictor.score_parts([c.sch for c in cands])
+        parts = [log_seconds]
+        if throughput is not None:
+            parts.append(-throughput)
+        if self.xgb is not None:
+            parts.append(-self._xgb_scores(cands))
+        parts = np.stack(parts, axis=1).astype(np.float64)
+        self.seen_parts += list(parts)
+        return list(emb.astype(np.float64)), parts
+
+    def _xgb_scores(self, cands) -> np.ndarray:
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+        from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate
+
+        measure = [MeasureCandidate(c.sch, ArgInfo.from_entry_func(c.sch.mod,
+                                                                   remove_preproc=True))
+                   for c in cands]
+        return np.asarray(self.xgb.predict(self.context, measure), float)
+
+    def explore_share(self, measured: int) -> float:
+        """The share of a round drawn at random, after `measured` measurements."""
+        return 0.5 if measured < MIX_EXPLORE_UNTIL else 0.0
+
+    def mixture(self, parts: np.ndarray) -> np.ndarray:
+        """The weighted sum of the standardised parts (rows: candidates)."""
+        seen = np.stack(self.seen_parts)
+        std = seen.std(axis=0)
+        z = (np.asarray(parts, float) - seen.mean(axis=0)) / np.where(std > 0, std, 1.0)
+        return z @ self.weights
+
+    def prior(self, parts: np.ndarray) -> np.ndarray:
+        """The mixed prior log-latency of candidates."""
+        a, b = self.scale
+        return a + b * self.mixture(parts)
+
+    def fit(self, x_all: list, x: list, prior: np.ndarray, y: np.ndarray) -> None:
+        parts = np.asarray(prior, float).reshape(len(y), len(self.names))
+        if len(y) >= MIX_MIN_MEASURED:
+            taus = np.array([kendall(parts[:, j], y) for j in range(len(self.names))])
+            good = np.maximum(taus, 0.0)
+            self.weights = good / good.sum() if good.sum() > 0 else np.zeros(len(good))
+            self.weight_log.append({"measured": len(y), **dict(zip(self.names,
+                                                                    map(float, self.weights)))})
+        if len(y) >= 3 and self.weights.any():
+            m = self.mixture(parts)
+            b = float(np.cov(m, y, bias=True)[0, 1] / max(m.var(), 1e-12))
+            b = max(b, 0.0)
+            self.scale = (float(y.mean() - b * m.mean()), b)
+        elif len(y) >= 1 and not self.weights.any():
+            self.scale = (float(y.mean()), 0.0)  # no model ranks this workload: no prior
+        else:  # the network's own level and spread
+            seen = np.stack(self.seen_parts)[:, 0]
+            self.scale = (float(seen.mean()), float(seen.std()) or 1.0)
+        super().fit(x_all, x, self.prior(parts), y)
+
+    def posterior(self, x: list, prior: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        mixed = self.prior(np.asarray(prior, float).reshape(len(x), len(self.names)))
+        mu, sigma = super().posterior(x, mixed)
+        if self.gp is None and not self.weights.any():  # nothing to lean on: explore widely
+            sigma = np.maximum(sigma, float(np.std(mixed)) or PRIOR_SIGMA)
+        return mu, sigma
+
+
 @SURROGATES.register("forest")
 class ForestSurrogate:
     """ytopt-style: a random forest over sampled decisions, uncertainty from its trees."""
@@ -160,12 +274,15 @@ class BayesOptSearch(PySearchStrategy):
         num_parents: how many of the best schedules are mutated.
         kappa: exploration weight of "lcb".
         seed: seeds sampling and the surrogate; the same seed gives the same run.
+        xgb: for "prior-mix", MetaSchedule's XGBModel pretrained on the checkpoint's training
+            records, one more part of the prior.
     """
 
     def __init__(self, predictor=None, surrogate: str = "prior-gp", acquisition: str = "ei",
                  pool_size: int = 256, evolve_fraction: float = 0.5, num_parents: int = 8,
-                 kappa: float = 1.96, seed: int = 0):
+                 kappa: float = 1.96, seed: int = 0, xgb=None):
         super().__init__()
+        self.xgb = xgb
         surrogate_class = SURROGATES.get(surrogate)
         if acquisition not in ACQUISITIONS:
             raise UserError(f"unknown acquisition {acquisition!r}; "
@@ -198,7 +315,9 @@ class BayesOptSearch(PySearchStrategy):
                    database=None, cost_model=None) -> None:
         cls = SURROGATES.get(self.config["surrogate"])
         self.max_trials, self.per_iter = max_trials, num_trials_per_iter
-        self.surrogate = cls(self.predictor, self.config["seed"])
+        self.surrogate = cls(self.predictor, self.config["seed"], xgb=self.xgb,
+                             context=self.context) if cls is PriorMix else \
+            cls(self.predictor, self.config["seed"])
         self.seen: set[str] = set()
         self.pool: list = []  # unmeasured candidates
         self.pool_x: list = []
@@ -236,7 +355,14 @@ class BayesOptSearch(PySearchStrategy):
         best = min((m[3] for m in ms), default=None)
         scores = acquisition_scores(self.config["acquisition"], mu, sigma, best,
                                     self.config["kappa"])
-        return list(np.argsort(-scores, kind="stable")[:k])
+        order = list(np.argsort(-scores, kind="stable"))
+        n_random = int(k * getattr(self.surrogate, "explore_share", lambda n: 0.0)(len(ms)))
+        picks = order[:k - n_random]
+        if n_random:  # a share drawn at random from the rest: an unbiased look at the prior
+            rng = np.random.default_rng(derive_seed(self.config["seed"], "explore", self.round))
+            rest = order[k - n_random:]
+            picks += [rest[i] for i in sorted(rng.permutation(len(rest))[:n_random])]
+        return picks
 
     def generate_measure_candidates(self):
         from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -264,4 +390,4 @@ class BayesOptSearch(PySearchStrategy):
         self.pending = []
 
     def clone(self) -> "BayesOptSearch":
-        return BayesOptSearch(self.predictor, **self.config)
+        return BayesOptSearch(self.predictor, xgb=self.xgb, **self.config)

@@ -4,6 +4,8 @@ Every tuner in `TUNERS` runs inside MetaSchedule's own `tune_tir` / `tune_relax`
 builder, runner and JSON database, so they differ only in how they pick what to measure:
 
 - "bo": `BayesOptSearch` with the learned model as prior (GP residual, EI);
+- "bo-mix": `BayesOptSearch` whose prior mixes the network, its LightGBM companion and the
+  pretrained XGBModel, each weighted by how well it ranks the run's own measurements;
 - "ms-default": MetaSchedule's default, EvolutionarySearch with its XGBModel, which answers
   with random scores until it has 100 measurements;
 - "ms-ours": EvolutionarySearch with our model as its cost model (`LearnedCostModel`);
@@ -99,6 +101,18 @@ def _bo(inputs: SearchInputs):
 
     return BayesOptSearch(inputs.predictor, "prior-gp", inputs.acquisition,
                           seed=inputs.seed), "random"
+
+
+@_tuner("bo-mix", "BayesOptSearch, the prior a mixture of the network, its LightGBM and the "
+        "pretrained XGBModel, each weighted by how well it ranks this run's measurements, + a "
+        "GP on its residual, EI", needs_checkpoint=True, needs_pretrained_xgb=True)
+def _bo_mix(inputs: SearchInputs):
+    from training.baselines import load_xgb
+    from tuning.search import BayesOptSearch
+
+    xgb = load_xgb(inputs.pretrained_xgb, seed=inputs.seed, threads=inputs.threads)
+    return BayesOptSearch(inputs.predictor, "prior-mix", inputs.acquisition, seed=inputs.seed,
+                          xgb=xgb), "random"
 
 
 @_tuner("ms-default", "MetaSchedule's default: EvolutionarySearch + XGBModel, which scores at "

@@ -439,3 +439,48 @@ def test_trace_features_train_through_the_cli(tiny_dataset, tmp_path):
     proc = train("--data.dataset", tiny_dataset, "--trainer.fast_dev_run", "true",
                  "--model.use_trace_features", "true", "--model.trace_layers", "0", cwd=tmp_path)
     assert_clean_error(proc, "trace_layers must be at least 1, not 0", prog="train")
+
+
+def _one_family_copy(dataset: str, family: str, out) -> str:
+    """A second dataset of the same target: the shards of `dataset` cut to one family."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from datagen.records import shard_paths
+
+    out.mkdir()
+    for path in shard_paths(dataset):
+        table = pq.read_table(path)
+        part = table.filter(pc.equal(table["family"], family))
+        if part.num_rows:
+            pq.write_table(part, str(out / os.path.basename(path)))
+    return str(out)
+
+
+def test_evaluate_cross_suite_scores_the_other_dataset(checkpoint, tiny_dataset, tmp_path):
+    """--split cross-suite: every workload of --dataset the checkpoint never saw is scored,
+    and the baselines train on its training workloads' records in --train-dataset."""
+    other = _one_family_copy(tiny_dataset, "softmax", tmp_path / "other")
+    out = tmp_path / "eval"
+    run_cli("evaluate", checkpoint, "--dataset", other, "--split", "cross-suite",
+            "--train-dataset", tiny_dataset, "--baselines", "lightgbm", "--out", str(out),
+            prog="costmodel", check=True)
+    report = json.loads((out / "report.json").read_text())
+    assert report["split"] == "cross-suite" and report["train_dataset"] == tiny_dataset
+    assert report["test_families"] == ["softmax"] and report["dataset"] == other
+    assert report["test_workloads"] == 1 and report["train_workloads"] >= 1
+    assert report["baseline_train_records"][0] > 0
+    assert set(report["models"]) == {"graphsage", "lightgbm"}
+    proc = run_cli("evaluate", checkpoint, "--dataset", other, "--train-dataset", tiny_dataset,
+                   "--out", str(tmp_path / "e2"), prog="costmodel")
+    assert_clean_error(proc, "--train-dataset names the records of the cross-suite",
+                       prog="costmodel")
+
+
+def test_evaluate_refuses_an_out_of_distribution_split_the_checkpoint_trained_on(
+        checkpoint, tiny_dataset, tmp_path):
+    proc = run_cli("evaluate", checkpoint, "--dataset", tiny_dataset, "--split", "novel-shapes",
+                   "--test-fraction", "0.5", "--no-baseline", "--out", str(tmp_path / "eval"),
+                   prog="costmodel")
+    assert_clean_error(proc, "held-out workloads trained or validated a checkpoint",
+                       prog="costmodel")

@@ -88,6 +88,29 @@ def test_bo_loop_with_learned_prior(tiny_checkpoint, tmp_path):
     assert traces(other) != traces(work)[:4]
 
 
+def test_bo_mix_tunes_with_the_network_and_the_pretrained_xgbmodel(tiny_checkpoint, tmp_path):
+    """bo-mix in MetaSchedule's loop: its prior has the network's and the pretrained
+    XGBModel's part (the tiny checkpoint has no LightGBM companion), reweighted online."""
+    from costmodel.predictor import CostModelPredictor
+    from training.baselines import load_xgb
+    from tuning.pretrained_xgb import pretrained_xgb_file
+    from tuning.search import BayesOptSearch
+
+    predictor = CostModelPredictor.load(tiny_checkpoint)
+    xgb = load_xgb(pretrained_xgb_file(tiny_checkpoint, predictor.meta, str(tmp_path / "cache"),
+                                       progress=False))
+    search = BayesOptSearch(predictor, "prior-mix", pool_size=32, seed=0, xgb=xgb)
+    work, _, sizes = tune_with_batches(tmp_path, search, trials=12, per_iter=4)
+    assert sizes == [4, 4, 4]
+    assert np.isfinite(next(iter(read_curve(work).values()))).sum() >= 10
+    assert search.surrogate.names == ["network", "xgb"]
+    log = search.surrogate.weight_log
+    # reweighted after each round's results (a round's failed runs are not measurements)
+    assert 1 <= len(log) <= 2 and all(4 <= w["measured"] <= 8 for w in log)
+    assert all(abs(w["network"] + w["xgb"] - 1) < 1e-9 or w["network"] == w["xgb"] == 0
+               for w in log)
+
+
 def test_ytopt_style_forest_needs_no_model(tmp_path):
     from tuning.search import BayesOptSearch
 
