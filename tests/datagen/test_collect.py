@@ -97,6 +97,8 @@ def test_stats_summarises_families_and_workloads(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["collect", "resnet5", "--out", "{out}"], "unknown workload or suite 'resnet5'"),
+    (["collect", "dense/m0_n128_k128", "--out", "{out}"], "m must be an integer of at least 1"),
+    (["collect", "generated[5000:]", "--out", "{out}"], "an empty slice"),
     (["collect", "tiny", "--out", "{out}", "--target", '{"kind": "llvm"'],
      "target is not valid JSON"),
     (["collect", "tiny", "--out", "{out}", "--target", '{"kind": "nosuch"}'],

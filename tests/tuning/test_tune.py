@@ -333,6 +333,7 @@ def test_a_gpu_lost_mid_tuning_is_one_line_and_keeps_the_trials_before(tmp_path)
 
 @pytest.mark.parametrize("args, match", [
     (["run", "no/such_workload"], "unknown workload"),
+    (["run", "dense/m0_n128_k128"], "m must be an integer of at least 1"),
     (["run", WORKLOAD, "--trials", "0"], "--trials must be at least 1"),
     (["run", WORKLOAD, "--tracker", "127.0.0.1:1", "--key", "gpu"], "is unreachable"),
     (["run", "--torch-model", "missing.pt2"], "does not exist"),
