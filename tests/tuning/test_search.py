@@ -53,15 +53,16 @@ def test_acquisition_functions():
 
 
 def test_registries_name_their_pieces():
-    assert TUNERS.names() == ("bo", "ms-default", "ms-xgb-pretrained", "ms-ours", "random",
-                              "ytopt")
-    assert [n for n in TUNERS.names() if TUNERS.get(n).needs_checkpoint] == ["bo", "ms-ours"]
+    assert TUNERS.names() == ("bo", "bo-mix", "ms-default", "ms-xgb-pretrained", "ms-ours",
+                              "random", "ytopt")
+    assert [n for n in TUNERS.names() if TUNERS.get(n).needs_checkpoint] == \
+        ["bo", "bo-mix", "ms-ours"]
     assert [n for n in TUNERS.names() if TUNERS.get(n).needs_pretrained_xgb] == \
-        ["ms-xgb-pretrained"]
+        ["bo-mix", "ms-xgb-pretrained"]
     assert all(TUNERS.get(n).description for n in TUNERS.names())
-    assert SURROGATES.names() == ("prior-gp", "forest")
+    assert SURROGATES.names() == ("prior-gp", "prior-mix", "forest")
     assert make_search("ms-default", SearchInputs()) == ("evolutionary", "xgb")
-    with pytest.raises(UserError, match="unknown tuner 'nope'; choose one of bo, ms-default"):
+    with pytest.raises(UserError, match="unknown tuner 'nope'; choose one of bo, bo-mix, ms-default"):
         make_search("nope", SearchInputs())
     with pytest.raises(UserError, match="tuner 'bo' needs a cost-model checkpoint"):
         make_search("bo", SearchInputs())

@@ -103,12 +103,21 @@ def test_bo_mix_tunes_with_the_network_and_the_pretrained_xgbmodel(tiny_checkpoi
     work, _, sizes = tune_with_batches(tmp_path, search, trials=12, per_iter=4)
     assert sizes == [4, 4, 4]
     assert np.isfinite(next(iter(read_curve(work).values()))).sum() >= 10
-    assert search.surrogate.names == ["network", "xgb"]
-    log = search.surrogate.weight_log
-    # reweighted after each round's results (a round's failed runs are not measurements)
-    assert 1 <= len(log) <= 2 and all(4 <= w["measured"] <= 8 for w in log)
-    assert all(abs(w["network"] + w["xgb"] - 1) < 1e-9 or w["network"] == w["xgb"] == 0
-               for w in log)
+    # its prior's parts, on schedules of the workload: the network's and the XGBModel's
+    from datagen.suites import resolve
+    from datagen.sampler import ScheduleSampler
+    from datagen.tvm_env import make_target
+    from tuning.search import PriorMix
+
+    sampler = ScheduleSampler(resolve([WORKLOAD])[0].mod, make_target(None))
+    cands = sampler.random(6, 0, set())
+    mix = PriorMix(predictor, 0, xgb=xgb, context=sampler.context)
+    assert mix.names == ["network", "xgb"]  # the tiny checkpoint has no LightGBM companion
+    x, parts = mix.features(cands)
+    assert parts.shape == (6, 2) and np.isfinite(parts).all() and len(x) == 6
+    network_alone = np.log(predictor.score_schedules([c.sch for c in cands])[0])
+    assert np.allclose(parts[:, 0], network_alone)
+    assert np.ptp(parts[:, 1]) > 0  # the XGBModel tells the schedules apart
 
 
 def test_ytopt_style_forest_needs_no_model(tmp_path):
