@@ -30,7 +30,7 @@ settings (dataset, host CPU, protocol) are refused: use another --out. Writes
 per-task tau as a box plot) for the tasks asked for.
 
     python bench/remeasure_heldout.py [--tasks 32] [--seed 0] [--adapt 4 8 16] \\
-        [--checkpoint checkpoints/graphsage-v2-networks.ckpt] [--out bench/results/remeasure]
+        [--checkpoint bench/models/graphsage-v2-networks.ckpt] [--out bench/results/remeasure]
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ import pandas as pd
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 CONFIG = os.path.join(ROOT, "configs", "graphsage-networks.yaml")
-CHECKPOINT = os.path.join(ROOT, "checkpoints", "graphsage-v2-networks.ckpt")
+CHECKPOINT = "graphsage-v2-networks.ckpt"  # an evaluation checkpoint (bench/evaluation_models.py)
 ROUNDS = 2
 ADAPT_DRAWS = 2  # seeded draws of the measured schedules per task, for --adapt
 
@@ -230,6 +230,8 @@ def plot(summary: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from training.figures import save_figure
+
     names = list(summary["per_task_tau"])
     values = [[v for v in summary["per_task_tau"][n].values() if v is not None] for n in names]
     fig, ax = plt.subplots(figsize=(9, 4.2))
@@ -240,7 +242,7 @@ def plot(summary: dict, path: str) -> None:
                  "dataset's labels vs. measured again here", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path)
     plt.close(fig)
 
 
@@ -249,8 +251,9 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=CONFIG, help="the split's config (its data section)")
     parser.add_argument("--dataset", help="default: the config's")
-    parser.add_argument("--checkpoint", default=CHECKPOINT,
-                        help="a checkpoint that held these tasks out (its XGBModel beside it)")
+    parser.add_argument("--checkpoint",
+                        help="a checkpoint that held these tasks out (its XGBModel beside it; "
+                        f"default: the evaluation checkpoint {CHECKPOINT})")
     parser.add_argument("--tasks", type=int, default=32, help="held-out tasks to measure")
     parser.add_argument("--seed", type=int, default=0, help="which tasks")
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "remeasure"))
@@ -265,6 +268,11 @@ def main(argv: list[str] | None = None) -> int:
     from datagen.tvm_env import describe_target, host_cpu, make_target, target_json
 
     try:
+        if args.checkpoint is None:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            import evaluation_models  # a sibling script
+
+            args.checkpoint = evaluation_models.path(CHECKPOINT)
         frame, dataset = held_out(args.config, args.dataset)
         keys = sorted(frame.workload_key.unique())
         keys = list(np.random.default_rng(args.seed).choice(keys, min(args.tasks, len(keys)),

@@ -58,7 +58,7 @@ refused: use another --out).
         --split shapes --modes scratch joint --joint-dataset data/llvm-networks \\
         --joint-share 0.25 --shares 0.1 0.5 1.0
     python bench/transfer.py --dataset data/llvm-full \\
-        --init-from checkpoints/graphsage-family-depthwise.ckpt --split family \\
+        --init-from bench/models/graphsage-family-depthwise.ckpt --split family \\
         --test-families depthwise_conv2d --shares 0.05 1.0 --seeds 0 --max-epochs 2
 """
 
@@ -452,6 +452,8 @@ def plot(summary: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from training.figures import save_figure
+
     curves = plotted_curves(summary)
     records = {}  # share -> training records it left
     for rows in curves.values():
@@ -494,7 +496,7 @@ def plot(summary: dict, path: str) -> None:
     columns = min(len(labels), 3 if max(map(len, labels)) < 45 else 2)  # long ones: 2 fit
     fig.legend(handles, labels, loc="lower center", ncol=columns, frameon=False)
     fig.tight_layout(rect=(0, 0.03 + 0.05 * math.ceil(len(labels) / columns), 1, 1))
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path)
     plt.close(fig)
 
 

@@ -83,7 +83,7 @@ V2_WORKLOADS = [
     "torch/softmax_cast_tir_logical_not_full_where_multiply_287e0cfd891e4756",  # T5 softmax
     "torch/mean_add_tir_rsqrt_multiply_multiply_8c0a381fecbf5f6a",  # T5 RMS norm
 ]
-V2_CHECKPOINT = "graphsage-v2-networks.ckpt"  # shipped; three networks held out
+V2_CHECKPOINT = "graphsage-v2-networks.ckpt"  # an evaluation checkpoint: three networks held out
 # part 5: four families of graphsage-h100.ckpt's test side, first to last as device time allows
 GPU_WORKLOADS = [
     "dense/m197_n2304_k768",
@@ -247,6 +247,7 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
 
+    import evaluation_models  # a sibling script
     from costmodel import checkpoints
     from datagen.errors import UserError, output_folder
     from datagen.measure import Measurer
@@ -287,8 +288,8 @@ def main() -> None:
             part("tuning-family", FAMILY_WORKLOADS, args.family_checkpoint, args, target,
                  measurer)
         if "v2" in args.parts:
-            part("tuning-v2-networks", V2_WORKLOADS, checkpoints.path(V2_CHECKPOINT), args,
-                 target, measurer)
+            part("tuning-v2-networks", V2_WORKLOADS, evaluation_models.path(V2_CHECKPOINT),
+                 args, target, measurer)
         if "network" in args.parts and not args.report:
             end_to_end(args, target, measurer)
     except UserError as err:

@@ -14,28 +14,29 @@ standardisation needs a group: a dataset's rows are grouped by workload, a list 
 is taken to be candidates of one workload (as a tuner scores them), and a group of one keeps
 the network's prediction.
 
-The file holds arrays only: LightGBM's own text model (parsed, never unpickled) and a JSON
-description that says what it was fitted on, so a file for other records is refused.
+The file holds arrays only (`costmodel.companions`): LightGBM's own text model, LZMA-packed
+(parsed, never unpickled), and a JSON description that says what it was fitted on, so a file
+for other records is refused.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 
 import numpy as np
 
-from datagen.errors import UserError
+from costmodel import companions
+from datagen.errors import UserError, atomic_path
 
-SUFFIX = ".lgb.npz"
+SUFFIX = companions.LIGHTGBM_SUFFIX
 DEFAULT_WEIGHT = 0.5  # of the network; not tuned on any held-out workload
-FORMAT = 1
+FORMAT = 2  # 2: the model text LZMA-packed; 1 (still read): the text as a string array
+READS = (1, 2)
 
 
 def beside(checkpoint_path: str) -> str:
     """Where the LightGBM model of a checkpoint file lives next to it."""
-    return os.path.splitext(checkpoint_path)[0] + SUFFIX
+    return companions.beside(checkpoint_path, SUFFIX)
 
 
 def fingerprint(meta: dict) -> str:
@@ -43,9 +44,7 @@ def fingerprint(meta: dict) -> str:
     training workloads, its target and the store features' version."""
     from costmodel.featurize import STORE_FEATURES_VERSION
 
-    text = json.dumps({"train": sorted(meta["sides"]["train"]), "target": meta["target"],
-                       "store_features": STORE_FEATURES_VERSION}, sort_keys=True)
-    return hashlib.sha1(text.encode()).hexdigest()
+    return companions.fingerprint(meta, store_features=STORE_FEATURES_VERSION)
 
 
 def standardised(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
@@ -100,11 +99,10 @@ class LightGBMCompanion:
 
     def save(self, path: str) -> None:
         """Write the model (LightGBM's text format) and its description, atomically."""
-        tmp = f"{path}.tmp-{os.getpid()}.npz"
-        np.savez_compressed(tmp, format=FORMAT, weight=self.weight,
-                            model=np.array(self.booster.model_to_string()),
-                            info=np.array(json.dumps(self.info, sort_keys=True)))
-        os.replace(tmp, path)
+        with atomic_path(path, ".npz") as tmp:
+            np.savez_compressed(tmp, format=FORMAT, weight=self.weight,
+                                model=companions.pack(self.booster.model_to_string().encode()),
+                                info=np.array(json.dumps(self.info, sort_keys=True)))
         self.path = path
 
     @classmethod
@@ -121,13 +119,15 @@ class LightGBMCompanion:
         try:
             with np.load(path, allow_pickle=False) as f:
                 version, weight = int(f["format"]), float(f["weight"])
-                text, info = str(f["model"]), json.loads(str(f["info"]))
-        except (OSError, ValueError, KeyError) as err:
+                if version not in READS:
+                    raise UserError(f"{path} is format {version}, this version reads formats "
+                                    f"{', '.join(map(str, READS))}; {hint}")
+                text = (str(f["model"]) if version == 1
+                        else companions.unpack(f["model"]).decode())
+                info = json.loads(str(f["info"]))
+        except (OSError, ValueError, KeyError, UnicodeDecodeError) as err:
             raise UserError(f"{path} is not a LightGBM companion model ({err}); {hint}") \
                 from None
-        if version != FORMAT:
-            raise UserError(f"{path} is format {version}, this version reads format {FORMAT}; "
-                            f"{hint}")
         if info.get("fingerprint") != fingerprint(meta):
             raise UserError(f"{path} was fitted on other records than the training records "
                             f"of {checkpoint_path}; {hint}")

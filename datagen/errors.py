@@ -4,13 +4,18 @@ Code anywhere in the project raises `UserError` for what the user can fix (a wro
 missing file, a checkpoint of another target); the command-line entry points run their work
 through `run_command`, which turns it into `PROG: error: MESSAGE` and exit status 2, with no
 traceback. Anything else is a bug and keeps its traceback.
+
+Files are written through `atomic_path`: a reader sees the old file or the whole new one, and a
+write that fails (a full disk, a folder made read-only) is such a line too, with nothing
+half-written left behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 EXIT_USER_ERROR = 2
 
@@ -41,6 +46,27 @@ def output_folder(path: str, create: bool = True) -> str:
         except OSError as err:
             raise UserError(f"cannot write to {path}: {err.strerror}") from None
     return path
+
+
+@contextlib.contextmanager
+def atomic_path(path: str, suffix: str = "") -> Iterator[str]:
+    """A temporary name beside `path` (ending in `suffix`) for the block to write; when the
+    block ends without error the file replaces `path` in one step, and whatever happens the
+    temporary file is gone afterwards.
+
+    Raises:
+        UserError: the write failed (no space left, no permission): `path` is as it was.
+    """
+    tmp = f"{path}.tmp-{os.getpid()}{suffix}"
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except OSError as err:
+        raise UserError(f"cannot write {path}: {err.strerror or err}; it is left as it was "
+                        "(free space or fix the folder's permissions, then run again)") from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
 
 
 def run_command(prog: str, func: Callable[..., Any], *args: Any) -> int:

@@ -8,7 +8,7 @@ sizes where the resolution is fixed), imported into relax and split into the fus
 hash, and each one remembers every (network, input, weight) it came from.
 
 Extraction needs the optional `networks` extra (transformers) and minutes of CPU, so its
-result is kept in a catalogue, a gzipped JSON-lines file shipped with the package
+result is kept in a catalogue, an xz-compressed JSON-lines file shipped with the package
 (`CATALOG`): `datagen collect net-resnet50`, `datagen collect networks` (every task) or
 `datagen collect networks-anchored` (leaving out purely elementwise tasks) read it and need
 no model code at all. `datagen networks --extract` rebuilds it.
@@ -24,15 +24,16 @@ import dataclasses
 import functools
 import gzip
 import json
+import lzma
 import os
 import sys
 from collections.abc import Callable
 
-from datagen.errors import UserError
+from datagen.errors import UserError, atomic_path
 from datagen.torch_import import relax_module, task_family, task_pattern
 from datagen.workloads import Workload
 
-CATALOG = os.path.join(os.path.dirname(__file__), "network_tasks.jsonl.gz")
+CATALOG = os.path.join(os.path.dirname(__file__), "network_tasks.jsonl.xz")
 SUITE_PREFIX = "net-"
 ALL_SUITE = "networks"
 # every task with an anchor operator (convolution, matmul, normalisation, softmax, pooling,
@@ -160,10 +161,16 @@ def extract_network(network: Network, target) -> list[tuple[int, str, object, in
     return out
 
 
+def _open(path: str, mode: str):
+    """A catalogue file as text: xz-compressed (`.xz`, the shipped one: the task IRs repeat
+    across megabytes, beyond gzip's window) or gzipped (any other name)."""
+    return (lzma.open if path.endswith(".xz") else gzip.open)(path, mode, encoding="utf-8")
+
+
 def _read_entries(path: str) -> tuple[dict, list[dict]]:
     """The header and task entries of a catalogue file."""
     try:
-        with gzip.open(path, "rt", encoding="utf-8") as handle:
+        with _open(path, "rt") as handle:
             lines = [json.loads(line) for line in handle if line.strip()]
     except (OSError, ValueError) as err:
         raise UserError(f"network catalogue {path} is unreadable ({err}); rebuild it with "
@@ -229,12 +236,10 @@ def extract(names: list[str], target, path: str = CATALOG, progress: bool = True
     entries = sorted((e for e in tasks.values() if e["sources"]), key=lambda e: e["name"])
     networks = sorted({s["network"] for e in entries for s in e["sources"]})
     header = {"target": target_json(target), "networks": networks}
-    tmp = f"{path}.tmp"
-    with gzip.open(tmp, "wt", encoding="utf-8") as handle:
+    with atomic_path(path, os.path.splitext(path)[1]) as tmp, _open(tmp, "wt") as handle:
         handle.write(json.dumps({"catalog": header}) + "\n")
         for entry in entries:
             handle.write(json.dumps(entry, sort_keys=True) + "\n")
-    os.replace(tmp, path)
     load_catalog.cache_clear()
     return {"tasks": len(entries), "failed": failed}
 

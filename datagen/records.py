@@ -4,11 +4,13 @@ A dataset is a folder of shards named `shard-<writer>-<n>.parquet`. A shard is w
 hidden temporary file, flushed to disk and renamed into place, so a reader sees a whole shard
 or none of it, and a collection killed at any moment (SIGKILL included) loses nothing that was
 committed. Only `*.parquet` files are data; leftovers of a killed writer (`.tmp-*`) are ignored
-and cleaned up by the next writer. `datagen compact` rewrites a folder's shards as one (a
-tenth of the space); the compacted shard names the shards it replaced, so a compaction
+and cleaned up by the next writer. Shards are zstd-compressed, one per collection round. `datagen compact` rewrites a folder's
+shards as one, sorted by workload (about a ninth of the space); the compacted shard names the shards it replaced, so a compaction
 stopped midway never shows a record twice. `SCHEMA_VERSION` is stored in every shard's metadata and
 checked on read. Version 2 added `retry_latencies` and `device`; version-1 shards are read as well, with
 those columns empty, so older datasets stay readable and comparable.
+
+Read a dataset with `read_records(folder)` (a pandas DataFrame) or `pandas.read_parquet(folder)`.
 
 The label columns (`latency_median`, `latency_std`, `latency_cv`) describe `latencies`, or,
 when a noisy candidate was measured twice, whichever of its two measurements spread less.
@@ -18,19 +20,19 @@ Columns (one row per measured candidate):
 | column | type | meaning |
 | --- | --- | --- |
 | workload_key | string | stable workload id, e.g. `dense/m128_n768_k768` |
-| family | string | operator family (an imported task: its anchor operator's) |
-| workload_params | string (JSON) | the family's shape parameters |
+| family | string | operator family (an imported task: its anchor operator's, `datagen.torch_import.task_family`; `imported` for an unknown database workload) |
+| workload_params | string (JSON) | the family's shape parameters (a network task: every (network, input, weight) it occurs in) |
 | workload_ir | string (JSON) | the IRModule, `tvm.ir.save_json`, to rebuild the PrimFunc |
-| network | string | network the shape comes from |
+| network | string | network the shape comes from (comma-separated: every network the task occurs in) |
 | workload_weight | int32 | how often the workload occurs in that network |
 | target | string (JSON) | the TVM target, with `mcpu` for llvm |
 | target_kind | string | `llvm`, `cuda`, ... |
-| cpu_model | string | host CPU model of the measuring machine |
+| cpu_model | string | host CPU model of the measuring machine (`rpc:KEY` when measured through RPC) |
 | device | string (JSON) | the measuring device: kind and model, for GPUs also compute capability, the driver's CUDA version, the CUDA version TVM was built with and the kernel driver's version (schema 2); through RPC also the key, without the driver's versions |
-| num_threads | int32 | runtime threads used for measurement |
+| num_threads | int32 | runtime threads used for measurement (0: a batch measured with the runtime alone) |
 | trace | string (JSON) | replayable MetaSchedule trace, postprocessing included |
 | trace_hash | string | SHA-1 of `trace` with booleans as 0/1 (deduplication key) |
-| origin | string | `random` (fresh design-space sample) or `evolved` (a mutation) |
+| origin | string | `random` (fresh design-space sample), `evolved` (a mutation) or `imported` (from a database) |
 | parent_hash | string | trace hash of the parent of an evolved candidate |
 | mutator | string | mutator that produced an evolved candidate |
 | round | int32 | collection round of the workload that produced it |
@@ -38,7 +40,7 @@ Columns (one row per measured candidate):
 | error | string | error message when not ok |
 | latencies | list<double> | every timed repeat, seconds |
 | retry_latencies | list<double> | a noisy candidate's second measurement (schema 2; else empty) |
-| latency_median | double | median of the repeats, seconds (NaN when not ok) |
+| latency_median | double | median of the repeats, seconds (NaN when not ok; MetaSchedule's failure value 1e10 s is never stored) |
 | latency_std | double | standard deviation of the repeats |
 | latency_cv | double | spread: std / mean (flag noisy measurements with this) |
 | build_secs | double | time to build the candidate |
@@ -46,11 +48,12 @@ Columns (one row per measured candidate):
 | protocol | string (JSON) | warm-up, repeat, number, min_repeat_ms |
 | seed | int64 | collection seed |
 | tvm_version, tvm_ffi_version, project_version | string | provenance |
-| collected_at | timestamp (UTC) | when the batch was written |
+| collected_at | timestamp (UTC) | when the round was written |
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -211,6 +214,7 @@ class ShardWriter:
             os.remove(stale)  # replaced by a compacted shard whose compaction was stopped
         self._writer_id = f"{int(time.time())}{uuid.uuid4().hex[:6]}"
         self._count = 0
+        self.committed = 0  # records committed by this writer
 
     def write(self, rows: list[dict]) -> str:
         """Commit `rows` (dicts with the schema's columns) as one new shard; return its path."""
@@ -241,16 +245,26 @@ class ShardWriter:
         name = f"shard-{self._writer_id}-{self._count:05d}.parquet"
         final = os.path.join(self.root, name)
         tmp = os.path.join(self.root, TMP_PREFIX + name)
-        with open(tmp, "wb") as handle:
-            pq.write_table(table, handle, compression=COMPRESSION, compression_level=level)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, final)
-        dir_fd = os.open(self.root, os.O_RDONLY)
         try:
-            os.fsync(dir_fd)  # make the rename itself durable
-        finally:
-            os.close(dir_fd)
+            with open(tmp, "wb") as handle:
+                pq.write_table(table, handle, compression=COMPRESSION, compression_level=level)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, final)
+            dir_fd = os.open(self.root, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)  # make the rename itself durable
+            finally:
+                os.close(dir_fd)
+        except OSError as err:  # a full disk, a folder made read-only
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise UserError(
+                f"cannot write a shard to {self.root}: {err.strerror or err}; the "
+                f"{self.committed} records this writer committed before, and every shard "
+                f"before it, are kept, the {table.num_rows} of this shard are not; free space "
+                "and run the same command again to go on from there") from None
+        self.committed += table.num_rows
         return final
 
     def close(self) -> None:

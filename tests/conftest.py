@@ -146,6 +146,6 @@ def tiny_checkpoint(tiny_dataset, tmp_path_factory) -> str:
     work = tmp_path_factory.mktemp("train")
     proc = train_tiny("--data.dataset", tiny_dataset, "--trainer.max_epochs", "3", cwd=work)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (ckpt,) = glob.glob(str(work / "checkpoints" / "*.ckpt"))
+    (ckpt,) = glob.glob(str(work / "runs" / "graphsage" / "checkpoints" / "*.ckpt"))
     assert glob.glob(str(work / "runs" / "graphsage" / "**" / "config.yaml"), recursive=True)
     return ckpt

@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from costmodel.registry import Registry
+from datagen.errors import UserError, atomic_path
 from datagen.measure import OK
 from datagen.sampler import replay
 from datagen.tvm_env import load_tensor_intrinsics
@@ -123,24 +124,41 @@ def save_xgb(model, path: str, fingerprint: str) -> None:
     """Write a trained XGBModel with its training features, in a file `load_xgb` reads
     without unpickling anything (MetaSchedule's own `XGBModel.save` pickles its data).
 
-    `fingerprint` names what it was trained on; `load_xgb` checks it.
+    `fingerprint` names what it was trained on; `load_xgb` checks it. The booster's JSON and
+    the distinct feature rows are LZMA-packed (`costmodel.companions.pack`), each program's
+    rows stored as indices into them: about half the size of the plain arrays deflated.
     """
+    from costmodel.companions import pack
+
     groups = list(model.data.values())
     features = [f for g in groups for f in g.features]
-    tmp = f"{path}.tmp-{os.getpid()}.npz"
-    try:
+    matrix = np.concatenate(features).astype(np.float32)
+    distinct, index = np.unique(matrix, axis=0, return_inverse=True)
+    with atomic_path(path, ".npz") as tmp:
         np.savez_compressed(
             tmp, fingerprint=np.array(fingerprint),
             group_hash=np.array([g.group_hash for g in groups]),
             group_size=np.array([len(g.features) for g in groups], dtype=np.int64),
             rows=np.array([f.shape[0] for f in features], dtype=np.int64),
-            features=np.concatenate(features).astype(np.float32),
+            distinct_shape=np.array(distinct.shape, dtype=np.int64),
+            distinct_features=pack(distinct), feature_index=pack(index.astype(np.int32)),
             costs=np.concatenate([np.asarray(g.costs, np.float32) for g in groups]),
-            booster=np.frombuffer(bytes(model.booster.save_raw("json")), dtype=np.uint8))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+            booster_json=pack(bytes(model.booster.save_raw("json"))))
+
+
+def _stored_features(z) -> np.ndarray:
+    """The [rows, features] float32 matrix of a `save_xgb` file (or of the earlier layout,
+    the matrix itself and the booster unpacked)."""
+    from costmodel.companions import unpack
+
+    if "features" in z:
+        return z["features"]
+    shape = tuple(int(n) for n in z["distinct_shape"])
+    distinct = np.frombuffer(unpack(z["distinct_features"]), dtype=np.float32)
+    index = np.frombuffer(unpack(z["feature_index"]), dtype=np.int32)
+    if distinct.size != shape[0] * shape[1] or (index.size and index.max() >= shape[0]):
+        raise ValueError("its feature arrays disagree in size")
+    return distinct.reshape(shape)[index]
 
 
 def load_xgb(path: str, fingerprint: str | None = None, seed: int = 0,
@@ -149,25 +167,35 @@ def load_xgb(path: str, fingerprint: str | None = None, seed: int = 0,
 
     Returns None when the file does not exist or was trained on something else than
     `fingerprint` (when given).
+
+    Raises:
+        UserError: the file is not one `save_xgb` wrote.
     """
     import xgboost as xgb
     from tvm.s_tir.meta_schedule.cost_model.xgb_model import FeatureGroup
 
+    from costmodel.companions import unpack
+
     if not os.path.isfile(path):
         return None
-    with np.load(path, allow_pickle=False) as z:
-        if fingerprint is not None and str(z["fingerprint"]) != fingerprint:
-            return None
-        rows = np.split(z["features"], np.cumsum(z["rows"])[:-1])
-        costs = z["costs"]
-        sizes = np.cumsum(z["group_size"])[:-1]
-        booster = xgb.Booster()
-        booster.load_model(bytearray(z["booster"].tobytes()))
-        model = new_xgb(seed, adaptive_training, threads)
-        for group_hash, feats, cost in zip(z["group_hash"], np.split(np.arange(len(rows)), sizes),
-                                           np.split(costs, sizes)):
-            model.data[str(group_hash)] = FeatureGroup(str(group_hash),
-                                                       [rows[i] for i in feats], cost)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if fingerprint is not None and str(z["fingerprint"]) != fingerprint:
+                return None
+            rows = np.split(_stored_features(z), np.cumsum(z["rows"])[:-1])
+            costs = z["costs"]
+            sizes = np.cumsum(z["group_size"])[:-1]
+            booster = xgb.Booster()
+            booster.load_model(bytearray(unpack(z["booster_json"]) if "booster_json" in z
+                                         else z["booster"].tobytes()))
+            hashes = [str(h) for h in z["group_hash"]]
+    except (OSError, ValueError, KeyError, xgb.core.XGBoostError) as err:
+        raise UserError(f"{path} is not a pretrained XGBModel file ({str(err)[:200]}); delete "
+                        "it and it is fitted again from the checkpoint's dataset") from None
+    model = new_xgb(seed, adaptive_training, threads)
+    for group_hash, feats, cost in zip(hashes, np.split(np.arange(len(rows)), sizes),
+                                       np.split(costs, sizes)):
+        model.data[group_hash] = FeatureGroup(group_hash, [rows[i] for i in feats], cost)
     model.data_size = model.last_train_size = len(rows)
     model.booster = booster
     return model

@@ -79,6 +79,8 @@ def _plots(test: pd.DataFrame, preds: dict[str, np.ndarray], out: str,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from training.figures import save_figure
+
     files = []
     fig, ax = plt.subplots(figsize=(5.5, 5))
     measured = test.latency_median.to_numpy() * 1e6
@@ -93,7 +95,7 @@ def _plots(test: pd.DataFrame, preds: dict[str, np.ndarray], out: str,
            title="GraphSAGE on held-out workloads")
     fig.tight_layout()
     files.append(os.path.join(out, "predicted_vs_measured.png"))
-    fig.savefig(files[-1], dpi=120)
+    save_figure(fig, files[-1])
     plt.close(fig)
 
     taus = pd.DataFrame({name: [kendall_tau(g.workload_key, g.latency_median, p[g.index])
@@ -106,7 +108,7 @@ def _plots(test: pd.DataFrame, preds: dict[str, np.ndarray], out: str,
     ax.tick_params(axis="y", labelsize=7)
     fig.tight_layout()
     files.append(os.path.join(out, "kendall_tau_per_workload.png"))
-    fig.savefig(files[-1], dpi=120)
+    save_figure(fig, files[-1])
     plt.close(fig)
     return files
 

@@ -65,7 +65,7 @@ def _setup(args):
     target = make_target(args.target, args.threads)
     tracker = Tracker.parse(args.tracker, args.key) if args.tracker else None
     tuners = [TUNERS.get(t) for t in (getattr(args, "tuners", None) or [args.tuner])]
-    paths = args.checkpoint or [checkpoints.path()]
+    paths = args.checkpoint or [checkpoints.for_target(target.kind.name)]
     predictor = pretrained = None
     if any(t.needs_checkpoint or t.needs_pretrained_xgb for t in tuners):
         predictor = load_predictor(paths, target_kind=target.kind.name, device=args.device)
@@ -197,7 +197,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trials", type=int, default=32, help="measured trials per workload")
     p.add_argument("--out", default="tuning-runs", help="output folder")
     p.add_argument("--checkpoint", action="append", help="cost-model checkpoint (default: "
-                   "the shipped one); give it again for a seed ensemble of several")
+                   "the shipped one of the target's kind: graphsage-v2.ckpt for llvm, "
+                   "graphsage-h100.ckpt for cuda); give it again for a seed ensemble")
     p.add_argument("--target", help="TVM target (default: this machine's CPU)")
     p.add_argument("--tracker", help="RPC tracker host:port, to measure on a remote device")
     p.add_argument("--key", help="device key registered with the tracker")

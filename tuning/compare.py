@@ -691,6 +691,8 @@ def plot_curves(results: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from training.figures import save_figure
+
     n = len(results)
     cols = min(n, 3)
     rows = int(math.ceil(n / cols))
@@ -709,5 +711,5 @@ def plot_curves(results: dict, path: str) -> None:
         ax.axis("off")
     axes.flat[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)

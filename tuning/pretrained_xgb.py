@@ -6,30 +6,30 @@ It is found, in this order: beside the checkpoint (`NAME.xgb.npz` for `NAME.ckpt
 checkpoints carry theirs), in the cache folder, or fitted on the checkpoint's training
 workloads from its dataset and written to the cache folder. Each file names what it was fitted
 on (the training workloads, the target, the TVM version), so a file for other records is never
-used. Files hold arrays only and load without unpickling (`training.baselines.load_xgb`).
+used. Files hold arrays only (`costmodel.companions`) and load without unpickling
+(`training.baselines.load_xgb`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
-SUFFIX = ".xgb.npz"
+from costmodel import companions
+
+SUFFIX = companions.XGB_SUFFIX
 
 
 def fingerprint(meta: dict) -> str:
     """What a pretrained XGBModel for a checkpoint with this description is fitted on."""
     import tvm
 
-    text = json.dumps({"train": sorted(meta["sides"]["train"]), "target": meta["target"],
-                       "tvm": tvm.__version__}, sort_keys=True)
-    return hashlib.sha1(text.encode()).hexdigest()
+    return companions.fingerprint(meta, tvm=tvm.__version__)
 
 
 def beside(checkpoint_path: str) -> str:
     """Where the pretrained model of a checkpoint file lives next to it."""
-    return os.path.splitext(checkpoint_path)[0] + SUFFIX
+    return companions.beside(checkpoint_path, SUFFIX)
 
 
 def pretrained_xgb_file(checkpoint_path: str, meta: dict, cache_dir: str,

@@ -1,6 +1,7 @@
 """The blend of the network with its LightGBM companion: the arithmetic, and the file."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -60,9 +61,11 @@ def test_a_companion_round_trips_without_pickle(booster, tmp_path):
     blend.LightGBMCompanion(booster, 0.3, info).save(path)
     with np.load(path, allow_pickle=False) as f:  # arrays of numbers and text only
         assert {k: f[k].dtype.kind for k in f.files} == \
-            {"format": "i", "weight": "f", "model": "U", "info": "U"}
+            {"format": "i", "weight": "f", "model": "u", "info": "U"}
     back = blend.LightGBMCompanion.load(path, META, "m.ckpt")
     assert back.weight == 0.3 and back.info == info and back.path == path
+    assert back.booster.model_to_string() == booster.model_to_string()
+    assert os.listdir(tmp_path) == ["m.lgb.npz"]  # no temporary file left
     rows = [np.random.default_rng(1).normal(size=(n, 5)) for n in (3, 0, 1)]
     np.testing.assert_allclose(back.throughput(rows), [booster.predict(rows[0]).sum(), 0.0,
                                                        booster.predict(rows[2]).sum()])
@@ -84,9 +87,14 @@ def test_a_companion_of_other_records_or_no_companion_at_all_is_refused(booster,
     with pytest.raises(UserError, match="LightGBM cannot read its model"):
         blend.LightGBMCompanion.load(str(broken), META, "m.ckpt")
     newer = tmp_path / "newer.lgb.npz"
-    np.savez(newer, format=2, weight=0.5, model=np.array(""), info=np.array("{}"))
-    with pytest.raises(UserError, match="format 2"):
+    np.savez(newer, format=3, weight=0.5, model=np.array(""), info=np.array("{}"))
+    with pytest.raises(UserError, match="format 3, this version reads formats 1, 2"):
         blend.LightGBMCompanion.load(str(newer), META, "m.ckpt")
+    unpacked = tmp_path / "unpacked.lgb.npz"  # format 2 holds an LZMA stream, not bytes as such
+    np.savez(unpacked, format=2, weight=0.5, model=np.frombuffer(b"tree\n", np.uint8),
+             info=np.array(json.dumps({"fingerprint": blend.fingerprint(META)})))
+    with pytest.raises(UserError, match="is not a LightGBM companion model.*not a packed"):
+        blend.LightGBMCompanion.load(str(unpacked), META, "m.ckpt")
 
 
 def test_the_companion_lives_beside_its_checkpoint():

@@ -193,8 +193,7 @@ def test_an_ensemble_averages_log_latency(tmp_path, graphs, target):
 def test_the_shipped_checkpoints_are_current_and_installed():
     from costmodel import checkpoints
 
-    for name in ("graphsage-v2.ckpt", "graphsage.ckpt", "graphsage-family-depthwise.ckpt",
-                 "graphsage-v2-networks.ckpt"):
+    for name in ("graphsage-v2.ckpt", "graphsage.ckpt"):
         ckpt = checkpoint.load(checkpoints.path(name), target_kind="llvm")
         assert ckpt.meta["format_version"] == checkpoint.FORMAT_VERSION
         # none is trained with per-workload normalisation: they predict latency
@@ -205,11 +204,9 @@ def test_the_shipped_checkpoints_are_current_and_installed():
     assert os.path.basename(checkpoints.path()) == "graphsage-v2.ckpt"
     assert default.meta["split"] == "all" and not default.meta["sides"]["test"]
     assert os.path.isfile(checkpoints.path().replace(".ckpt", ".xgb.npz"))
-    # v2's evaluation checkpoint holds three networks out (the tuning benchmark's part v2)
-    held = checkpoint.load(checkpoints.path("graphsage-v2-networks.ckpt"))
-    assert held.meta["split"] == "network" and len(held.meta["sides"]["test"]) == 123
-    assert not set(held.meta["sides"]["test"]) & set(held.meta["sides"]["train"])
-    assert os.path.isfile(checkpoints.path("graphsage-v2-networks.xgb.npz"))
+    # the evaluation checkpoints are not shipped
+    with pytest.raises(UserError, match="missing from this installation"):
+        checkpoints.path("graphsage-v2-networks.ckpt")
     # the GPU model ships with its LightGBM companion, fitted on its own training records
     gpu = CostModelPredictor.load(checkpoints.path("graphsage-h100.ckpt"))
     assert gpu.target_kind == "cuda" and gpu.companion is not None

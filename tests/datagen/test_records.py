@@ -1,3 +1,4 @@
+import glob
 import os
 
 import pyarrow as pa
@@ -98,7 +99,11 @@ def test_version_1_shards_read_with_retry_latencies_empty(tmp_path):
 def test_committed_llvm_dataset_stays_readable():
     root = os.path.join(os.path.dirname(__file__), "..", "..", "data", "llvm-full")
     frame = records.read_records(root, ["workload_key", "latency_median", "retry_latencies"])
-    assert len(frame) == 11238 and frame.retry_latencies.map(len).eq(0).all()
+    # every committed record read once, whatever the dataset's size; written before retries
+    # were recorded, so every one has none; a latency is positive or missing (a failed build)
+    shards = glob.glob(os.path.join(root, "shard-*.parquet"))
+    assert len(frame) == sum(pq.ParquetFile(p).metadata.num_rows for p in shards) > 0
+    assert frame.retry_latencies.map(len).eq(0).all() and (frame.latency_median.dropna() > 0).all()
 
 
 def test_compaction_keeps_every_record_once_even_when_stopped_midway(tmp_path):
@@ -142,3 +147,47 @@ def test_stats_piped_into_a_reader_that_stops_early_ends_quietly():
     err = proc.stderr.read().decode()
     proc.wait(timeout=120)
     assert first.startswith(b"dataset ") and "Traceback" not in err and "Broken" not in err, err
+
+
+WRITE_UNTIL_FULL = """
+import resource, signal, sys
+from datagen import records
+from datagen.errors import run_command
+
+def row(i, text=""):
+    r = {name: None for name in records.SCHEMA.names}
+    r.update(workload_key="dense/m1_n1_k1", trace_hash=f"h{i}", status="ok", trace=text,
+             latencies=[1e-6], latency_median=1e-6, round=0, seed=0)
+    return r
+
+def main():
+    writer = records.ShardWriter(sys.argv[1])
+    writer.write([row(0), row(1)])  # fits
+    # from here on no file of this process may grow past 64 KiB: the write fails as on a
+    # full disk (EFBIG instead of ENOSPC, the same path)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, resource.RLIM_INFINITY))
+    import random
+    rng = random.Random(0)
+    noise = "".join(rng.choice("abcdefgh") for _ in range(400_000))  # ~150 KB compressed
+    writer.write([row(2, noise)])
+
+sys.exit(run_command("datagen", main))
+"""
+
+
+def test_a_write_error_is_one_line_and_keeps_what_was_committed(tmp_path):
+    """A shard that cannot be written (the disk is full) ends the command with one line that
+    says what was kept and how to go on; the shard before it stays and nothing half-written
+    is left."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", WRITE_UNTIL_FULL, str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"datagen: error: cannot write a shard to {tmp_path}: File too large")
+    assert "the 2 records this writer committed before" in line and "run the same command" in line
+    assert list(records.read_records(str(tmp_path)).trace_hash) == ["h0", "h1"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp")] == []

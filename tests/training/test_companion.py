@@ -114,7 +114,7 @@ def test_what_is_fitted_beside_a_checkpoint_of_a_share_sees_that_share(tiny_data
     proc = train_tiny("--data.dataset", tiny_dataset, "--trainer.max_epochs", "1",
                       "--data.train_share", "0.5", "--data.share_seed", "3", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (ckpt,) = glob.glob(str(tmp_path / "checkpoints" / "*.ckpt"))
+    (ckpt,) = glob.glob(str(tmp_path / "runs" / "graphsage" / "checkpoints" / "*.ckpt"))
     share = load(ckpt).meta["train_share"]
     assert share["share"] == 0.5 and share["records"] < share["of"]
 

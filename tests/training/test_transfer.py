@@ -325,7 +325,7 @@ def test_fine_tuning_with_lr_0_keeps_the_source_network(tiny_checkpoint, tiny_da
                       "--model.lr", "0", "--data.train_share", "0.5", "--trainer.max_epochs",
                       "1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (path,) = glob.glob(str(tmp_path / "checkpoints" / "*.ckpt"))
+    (path,) = glob.glob(str(tmp_path / "runs" / "graphsage" / "checkpoints" / "*.ckpt"))
     new, source = checkpoint.load(path), checkpoint.load(tiny_checkpoint)
     weights = source.model.state_dict()
     assert all(torch.equal(w, weights[k]) for k, w in new.model.state_dict().items())
@@ -365,7 +365,7 @@ def test_fine_tuning_with_frozen_parts_trains_only_the_others(tiny_checkpoint, t
                       "--model.freeze", "[layers, norms]", "--model.lr", "0.01",
                       "--trainer.max_epochs", "2", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (path,) = glob.glob(str(tmp_path / "checkpoints" / "*.ckpt"))
+    (path,) = glob.glob(str(tmp_path / "runs" / "graphsage" / "checkpoints" / "*.ckpt"))
     new = checkpoint.load(path).model.state_dict()
     source = checkpoint.load(tiny_checkpoint).model.state_dict()
     frozen = [k for k in new if k.startswith(("layers.", "norms."))]

@@ -383,6 +383,28 @@ def test_checkpoint_for_another_target_kind(tiny_checkpoint, tmp_path):
     assert_clean_error(proc, "was trained for cuda targets, not llvm", prog="tune")
 
 
+def test_the_default_checkpoint_is_the_shipped_one_of_the_targets_kind():
+    from costmodel import checkpoint, checkpoints
+    from datagen.errors import UserError
+
+    for kind, name in (("llvm", "graphsage-v2.ckpt"), ("cuda", "graphsage-h100.ckpt")):
+        path = checkpoints.for_target(kind)
+        assert os.path.basename(path) == name
+        assert checkpoint.load(path, target_kind=kind).meta["target_kind"] == kind
+    with pytest.raises(UserError, match="no checkpoint ships for rocm targets"):
+        checkpoints.for_target("rocm")
+
+
+@needs_no_gpu
+def test_a_cuda_target_without_checkpoint_takes_the_gpu_model(tmp_path):
+    """No --checkpoint for a cuda target: the shipped GPU model loads (no refusal of the CPU
+    model's target), and the run stops only where this host has no GPU to measure on."""
+    proc = run_cli("run", WORKLOAD, "--target", "nvidia/nvidia-h100", "--out",
+                   str(tmp_path / "o"), prog="tune")
+    assert_clean_error(proc, "measuring a cuda target needs a cuda device", prog="tune")
+    assert "trained for" not in proc.stderr
+
+
 def test_not_an_exported_model(tiny_checkpoint, tmp_path):
     bogus = tmp_path / "model.pt2"
     bogus.write_bytes(b"nope")

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -39,13 +41,19 @@ def test_the_ablation_bench_scores_variants_ensembles_and_a_baseline_and_resumes
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["test_workloads"] == 1 and set(summary["variants"]) == {"base", "listmle"}
-    assert summary["chosen_on_validation"] in ("base", "listmle")
     runs = {(r["variant"], r["seed"]): r for r in summary["runs"]}
     assert set(runs) == {(v, s) for v in ("base", "listmle") for s in (0, 1)}
-    for run in runs.values():
-        assert -1 <= run["val_kendall_tau"] <= 1 and run["train_seconds"] > 0
-        assert 0 <= run["overall"]["top1_score"] <= 1
-        assert (out / run["checkpoint"]).is_file()
+    # the choice is the variant of the best mean validation tau over its seeds, whatever the
+    # test side says
+    mean_val = {v: np.mean([runs[v, s]["val_kendall_tau"] for s in (0, 1)])
+                for v in ("base", "listmle")}
+    assert summary["chosen_on_validation"] == max(mean_val, key=mean_val.get)
+    for (variant, seed), run in runs.items():
+        # each run's validation tau is its best logged epoch, and its checkpoint is kept
+        (log,) = (out / "runs" / variant / f"seed{seed}" / "logs").glob("*/metrics.csv")
+        assert run["val_kendall_tau"] == pytest.approx(
+            pd.read_csv(log)["val/kendall_tau"].max())
+        assert run["train_seconds"] > 0 and (out / run["checkpoint"]).is_file()
     listmle = json.loads((out / "runs" / "listmle" / "seed0" / "run-config.json").read_text())
     assert listmle["model"]["rank_loss"] == "listmle"
     for row in summary["variants"].values():

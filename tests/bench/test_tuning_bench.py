@@ -41,12 +41,11 @@ def test_an_out_that_is_a_file_is_one_line_before_any_work(tmp_path, script):
 
 def test_gpu_part_report_needs_no_gpu(tmp_path):
     """The pairs measured on a GPU are summarised anywhere: --report measures nothing, and
-    says when the pairs were made with another model than the shipped one (these, with the
-    GPU model before the warp features)."""
+    says when the pairs were made with another model than the shipped one (this one, kept
+    beside the test, with the GPU model before the warp features)."""
     import shutil
 
-    pairs = os.path.join(os.path.dirname(BENCH), "results", "cuda-h100",
-                         "tuning-gpu-store-model", "pairs")
+    pairs = os.path.join(os.path.dirname(__file__), "data")
     args = [sys.executable, BENCH, "--parts", "gpu", "--target", "nvidia/nvidia-h100",
             "--seeds", "0", "--trials", "64", "--tuners", "bo", "ms-xgb-pretrained",
             "ms-default", "--report", "--out", str(tmp_path)]

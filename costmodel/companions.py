@@ -1,0 +1,61 @@
+"""The convention for files that live beside a checkpoint `NAME.ckpt`: a tree model fitted on
+exactly its training records, `NAME.xgb.npz` (MetaSchedule's XGBModel, `ms-xgb-pretrained`'s
+model and a part of bo's prior) and `NAME.lgb.npz` (TenSet's LightGBM, blended into the
+network's predictions).
+
+Each file is a NumPy archive of plain arrays (loaded with `allow_pickle=False`; nothing in it
+runs), and names what it was fitted on with `fingerprint`, so a file of other records is never
+used. Large text or byte payloads (a booster, a feature matrix) are stored LZMA-compressed with
+`pack`: a tree model's text shrinks about four times more than the archive's own deflate does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import lzma
+import os
+
+import numpy as np
+
+XGB_SUFFIX = ".xgb.npz"
+LIGHTGBM_SUFFIX = ".lgb.npz"
+MAX_UNPACKED_BYTES = 1 << 31  # no companion comes near this: a larger payload is refused
+
+
+def beside(checkpoint_path: str, suffix: str) -> str:
+    """Where the file with `suffix` of a checkpoint file lives next to it."""
+    return os.path.splitext(checkpoint_path)[0] + suffix
+
+
+def fingerprint(meta: dict, **versions: str) -> str:
+    """What a model fitted on the training records of a checkpoint with description `meta`
+    was fitted on: its training workloads, its target and the `versions` of what the model
+    reads (a feature extractor's, TVM's)."""
+    text = json.dumps({"train": sorted(meta["sides"]["train"]), "target": meta["target"],
+                       **versions}, sort_keys=True)
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def pack(data: bytes | np.ndarray) -> np.ndarray:
+    """`data` (bytes, or an array's raw bytes) LZMA-compressed, as a uint8 array to store."""
+    raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
+    return np.frombuffer(lzma.compress(raw, preset=6), dtype=np.uint8)
+
+
+def unpack(array: np.ndarray) -> bytes:
+    """The bytes `pack` stored.
+
+    Raises:
+        ValueError: the array is not an LZMA stream or unpacks to more than
+            MAX_UNPACKED_BYTES.
+    """
+    decoder = lzma.LZMADecompressor()
+    try:
+        out = decoder.decompress(np.asarray(array, dtype=np.uint8).tobytes(),
+                                 max_length=MAX_UNPACKED_BYTES)
+    except lzma.LZMAError as err:
+        raise ValueError(f"not a packed payload ({err})") from None
+    if not decoder.eof:
+        raise ValueError("a packed payload that is truncated or too large")
+    return out
