@@ -10,9 +10,10 @@ Entries (the checkpoints `train fit` writes have these plus Lightning's optimise
 
 - "costmodel": the self-description. `format_version` (`FORMAT_VERSION`); the featuriser it
   was trained with (`featurizer_version`, `vocabulary`, `node_features`, `program_features`,
-  `edge_types`; `store_features`, the layout of MetaSchedule's per-store features, and
-  `trace_features`, the layout of the trace's tokens, and `warp_features`, the layout of the
-  nodes' warp access features, each only when the architecture reads them); `architecture`,
+  `edge_types`; and the version of each optional view the architecture reads, under the
+  view's `key` (`costmodel.views`): `store_features`, the layout of MetaSchedule's per-store
+  features, `trace_features`, the layout of the trace's tokens, and `warp_features`, the
+  layout of the nodes' warp access features); `architecture`,
   from which the network is rebuilt (`costmodel.model.create_model`); `normalization` (its
   `per_workload` says the model was trained on per-workload standardised labels and predicts a
   relative score, not a latency; files without it predict latency); `target` (JSON) and
@@ -39,7 +40,7 @@ import warnings
 
 import torch
 
-from costmodel import featurize, trace_features
+from costmodel import featurize, views
 from costmodel.model import create_model
 from costmodel.normalization import Normalization
 from datagen.errors import UserError
@@ -47,11 +48,9 @@ from datagen.errors import UserError
 FORMAT_VERSION = 2
 META_KEY = "costmodel"
 PREFIX = "model."
-# what the featuriser's graphs look like: a checkpoint must agree on every one of these
-LAYOUT = {"vocabulary": dict(featurize.VOCABULARY),
-          "node_features": list(featurize.NODE_FEATURES),
-          "program_features": list(featurize.PROGRAM_FEATURES),
-          "edge_types": list(featurize.EDGE_TYPES)}
+# what the featuriser's graphs look like (the base views' `layout`): a checkpoint must agree
+# on every one of these
+LAYOUT = {k: v for view in views.VIEWS for k, v in view.layout.items()}
 
 
 def _safe_types() -> list:
@@ -95,12 +94,9 @@ def describe(model, normalization: Normalization, target: str, dataset: str, spl
             "normalization": normalization.to_dict(), "target": target,
             "target_kind": json.loads(target)["kind"], "dataset": dataset, "split": split,
             "sides": {side: [str(k) for k in keys] for side, keys in sides.items()}}
-    if model.architecture.get("num_store_features"):
-        meta["store_features"] = featurize.STORE_FEATURES_VERSION
-    if model.architecture.get("num_trace_features"):
-        meta["trace_features"] = trace_features.TRACE_FEATURES_VERSION
-    if model.architecture.get("num_warp_features"):
-        meta["warp_features"] = featurize.WARP_FEATURES_VERSION
+    for view in views.optional():  # the version of each view the model reads
+        if view.reads(model.architecture):
+            meta[view.key] = view.version
     if init_from is not None:
         meta["init_from"] = init_from
     if train_share is not None:
@@ -176,30 +172,14 @@ def validate(path: str, meta: dict, target_kind: str | None = None) -> None:
     architecture = meta.get("architecture")
     if not isinstance(architecture, dict) or "name" not in architecture:
         raise UserError(f"{path} does not say which architecture it holds")
-    if architecture.get("num_store_features") and (
-            meta.get("store_features") != featurize.STORE_FEATURES_VERSION
-            or architecture["num_store_features"] != featurize.NUM_STORE_FEATURES):
-        raise UserError(f"{path} reads store features {meta.get('store_features')} "
-                        f"({architecture['num_store_features']} per store), this version "
-                        f"extracts {featurize.STORE_FEATURES_VERSION} "
-                        f"({featurize.NUM_STORE_FEATURES}): retrain it")
-    if architecture.get("num_trace_features") and (
-            meta.get("trace_features") != trace_features.TRACE_FEATURES_VERSION
-            or architecture["num_trace_features"] != trace_features.NUM_TRACE_FEATURES
-            or architecture.get("num_trace_kinds") != trace_features.TRACE_KINDS):
-        raise UserError(f"{path} reads trace tokens {meta.get('trace_features')} "
-                        f"({architecture['num_trace_features']} numbers, "
-                        f"{architecture.get('num_trace_kinds')} kinds), this version makes "
-                        f"{trace_features.TRACE_FEATURES_VERSION} "
-                        f"({trace_features.NUM_TRACE_FEATURES}, {trace_features.TRACE_KINDS}): "
-                        "retrain it")
-    if architecture.get("num_warp_features") and (
-            meta.get("warp_features") != featurize.WARP_FEATURES_VERSION
-            or architecture["num_warp_features"] != featurize.NUM_WARP_FEATURES):
-        raise UserError(f"{path} reads warp features {meta.get('warp_features')} "
-                        f"({architecture['num_warp_features']} per node), this version makes "
-                        f"{featurize.WARP_FEATURES_VERSION} ({featurize.NUM_WARP_FEATURES}): "
-                        "retrain it")
+    for view in views.optional():
+        if view.reads(architecture) and (meta.get(view.key) != view.version or any(
+                architecture.get(k) != size for k, size in view.sizes.items())):
+            theirs = ", ".join(f"{architecture.get(k)} {unit}"
+                               for k, unit in zip(view.sizes, view.units))
+            ours = ", ".join(str(size) for size in view.sizes.values())
+            raise UserError(f"{path} reads {view.label} {meta.get(view.key)} ({theirs}), this "
+                            f"version {view.verb} {view.version} ({ours}): retrain it")
     if target_kind is not None and meta["target_kind"] != target_kind:
         raise UserError(f"{path} was trained for {meta['target_kind']} targets, not "
                         f"{target_kind}; pass a checkpoint trained on {target_kind} measurements")

@@ -13,6 +13,7 @@ from torch_geometric.nn import SAGEConv, global_add_pool, global_max_pool, globa
 from torch_geometric.nn.aggr import AttentionalAggregation
 from torch_geometric.utils import to_dense_batch
 
+from costmodel import views
 from costmodel.registry import Registry
 
 MODELS = Registry("model")
@@ -43,7 +44,7 @@ class GraphSAGECostModel(nn.Module):
     MetaSchedule's per-store features (TenSet's input), each store's row through an MLP, summed
     over the program's stores (latency adds up over statements) and log-compressed. With
     `num_trace_features`, a third view: the schedule's trace as tokens (TLP's input, one per
-    primitive with its decisions; `costmodel.trace_features`), each token its kind's embedding
+    primitive with its decisions; `costmodel.views.trace`), each token its kind's embedding
     plus a projection of its numbers plus its position's embedding, through `trace_layers`
     self-attention layers, then mean and max pooled. With `num_heads` above 1 the graphs
     share every layer up to the readout and each has one of `num_heads` heads (MTL-TLP's
@@ -59,34 +60,45 @@ class GraphSAGECostModel(nn.Module):
         num_layers: message-passing layers.
         dropout: dropout in the head.
         readout: a name in `READOUTS`.
-        num_store_features: per-store features per store row (0: none).
-        num_trace_features: numbers per trace token (0: no trace view).
-        num_trace_kinds: size of the trace tokens' kind vocabulary.
-        trace_layers: self-attention layers over the trace.
         num_heads: heads beside one another on the shared readout (1: one head).
-        num_warp_features: warp access features per node after the `num_node_features` (0:
-            none).
+        **view_arguments: the architecture arguments of the optional views it reads
+            (`costmodel.views`: each view's `sizes` and `options`; a view whose first size is
+            0 or missing is not read). A view with an `encoder` adds that module under the
+            view's `module` name and its `width` to the readout; a view of `node_features`
+            widens the node projection:
+            num_store_features: per-store features per store row (`StoreEncoder`).
+            num_trace_features: numbers per trace token (`TraceEncoder`).
+            num_trace_kinds: size of the trace tokens' kind vocabulary.
+            trace_layers: self-attention layers over the trace (default 1).
+            num_warp_features: warp access features per node after the
+                `num_node_features`.
 
     Shapes:
         - **input:** node kinds :math:`(|V|)`, node features :math:`(|V|, F)`, edge index
           :math:`(2, |E|)`, edge types :math:`(|E|)`, batch vector :math:`(|V|)`, program
-          features :math:`(B, P)`, store rows :math:`(S, F_s)` and the number of rows of each
-          graph :math:`(B)`, trace token kinds :math:`(T)`, token features :math:`(T, F_t)` and
-          the number of tokens of each graph :math:`(B)`, and each graph's head :math:`(B)`
-          (None: head 0)
+          features :math:`(B, P)`, then the inputs of each view with an encoder in
+          `costmodel.views.VIEWS` order (`batch_inputs`; None for a view it does not read):
+          store rows :math:`(S, F_s)` and the number of rows of each graph :math:`(B)`, trace
+          token kinds :math:`(T)`, token features :math:`(T, F_t)` and the number of tokens of
+          each graph :math:`(B)`; and, by name, each graph's head :math:`(B)` (None: head 0)
         - **output:** :math:`(B)`, one prediction per graph
     """
 
     def __init__(self, num_node_kinds: int, num_node_features: int, num_edge_types: int,
                  num_program_features: int = 0, hidden: int = 128, num_layers: int = 3,
-                 dropout: float = 0.1, readout: str = "mean_max", num_store_features: int = 0,
-                 num_trace_features: int = 0, num_trace_kinds: int = 0, trace_layers: int = 1,
-                 num_heads: int = 1, num_warp_features: int = 0):
+                 dropout: float = 0.1, readout: str = "mean_max", num_heads: int = 1,
+                 **view_arguments: int):
         super().__init__()
         if readout not in READOUTS:
             raise ValueError(f"unknown readout {readout!r}; choose one of {', '.join(READOUTS)}")
         if num_heads < 1:
             raise ValueError(f"num_heads must be at least 1, not {num_heads}")
+        optional = views.optional()
+        known = {k for view in optional for k in (*view.sizes, *view.options)}
+        if unknown := sorted(set(view_arguments) - known):
+            raise TypeError(f"{type(self).__name__}.__init__() got an unexpected keyword argument "
+                            f"{unknown[0]!r}")
+        read = [view for view in optional if view.reads(view_arguments)]
         self.architecture = {
             "name": "graphsage", "num_node_kinds": num_node_kinds,
             "num_node_features": num_node_features, "num_edge_types": num_edge_types,
@@ -94,18 +106,15 @@ class GraphSAGECostModel(nn.Module):
             "num_layers": num_layers, "dropout": dropout}
         if readout != READOUTS[0]:  # checkpoints of the default read as they always did
             self.architecture["readout"] = readout
-        if num_store_features:
-            self.architecture["num_store_features"] = num_store_features
-        if num_trace_features:
-            self.architecture.update(num_trace_features=num_trace_features,
-                                     num_trace_kinds=num_trace_kinds, trace_layers=trace_layers)
+        for view in read:  # a view the model does not read leaves its architecture as before
+            self.architecture.update(view.arguments(view_arguments))
         if num_heads > 1:
             self.architecture["num_heads"] = num_heads
-        if num_warp_features:
-            self.architecture["num_warp_features"] = num_warp_features
         self.num_edge_types = num_edge_types
         self.kind_embedding = nn.Embedding(num_node_kinds, hidden)
-        self.feature_proj = nn.Linear(num_node_features + num_warp_features, hidden)
+        more_node_features = sum(self.architecture[next(iter(view.sizes))] for view in read
+                                 if view.node_features)
+        self.feature_proj = nn.Linear(num_node_features + more_node_features, hidden)
         self.layers = nn.ModuleList(
             nn.ModuleList(SAGEConv(hidden, hidden, aggr="mean") for _ in range(num_edge_types))
             for _ in range(num_layers))
@@ -118,14 +127,13 @@ class GraphSAGECostModel(nn.Module):
         elif readout == "mean_max_logsum":
             self.pool = nn.Linear(hidden, hidden)  # per-node costs, softplus then summed
         self.readout = readout
-        self.store_mlp = nn.Sequential(
-            nn.Linear(num_store_features, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
-            nn.ReLU()) if num_store_features else None
-        self.trace = TraceEncoder(num_trace_kinds, num_trace_features, hidden, trace_layers) \
-            if num_trace_features else None
         readout = (3 if self.pool is not None else 2) * hidden \
-            + (hidden if num_program_features else 0) + (hidden if num_store_features else 0) \
-            + (2 * hidden if num_trace_features else 0)
+            + (hidden if num_program_features else 0)
+        for view in views.encoded():  # each under its own name: checkpoints key weights by it
+            encoder = view.encoder(hidden, **view.arguments(view_arguments)) \
+                if view in read else None
+            setattr(self, view.module, encoder)
+            readout += encoder.width if encoder is not None else 0
 
         def head() -> nn.Module:
             return nn.Sequential(nn.Linear(readout, hidden), nn.ReLU(), nn.Dropout(dropout),
@@ -137,10 +145,8 @@ class GraphSAGECostModel(nn.Module):
 
     def embed(self, node_kind: torch.Tensor, x: torch.Tensor, edge_index: torch.Tensor,
               edge_type: torch.Tensor, batch: torch.Tensor,
-              program: torch.Tensor | None = None, store_x: torch.Tensor | None = None,
-              store_count: torch.Tensor | None = None, trace_kind: torch.Tensor | None = None,
-              trace_x: torch.Tensor | None = None,
-              trace_count: torch.Tensor | None = None) -> torch.Tensor:
+              program: torch.Tensor | None = None, *view_inputs: torch.Tensor | None
+              ) -> torch.Tensor:
         """Graph embeddings :math:`(B, readout)`, the input of the head."""
         h = self.kind_embedding(node_kind) + self.feature_proj(x)
         masks = [edge_type == t for t in range(self.num_edge_types)]
@@ -156,12 +162,11 @@ class GraphSAGECostModel(nn.Module):
             parts.append(torch.log1p(global_add_pool(cost, batch, size)))
         if self.program_proj is not None:
             parts.append(torch.relu(self.program_proj(program)))
-        if self.store_mlp is not None:
-            owner = torch.repeat_interleave(torch.arange(size, device=store_count.device),
-                                            store_count)
-            parts.append(torch.log1p(global_add_pool(self.store_mlp(store_x), owner, size)))
-        if self.trace is not None:
-            parts.append(self.trace(trace_kind, trace_x, trace_count))
+        given = iter(view_inputs)
+        for view in views.encoded():
+            inputs = [next(given, None) for _ in view.inputs]
+            if (encoder := getattr(self, view.module, None)) is not None:
+                parts.append(encoder(*inputs))
         return torch.cat(parts, dim=-1)
 
     @property
@@ -171,17 +176,32 @@ class GraphSAGECostModel(nn.Module):
 
     def forward(self, node_kind: torch.Tensor, x: torch.Tensor, edge_index: torch.Tensor,
                 edge_type: torch.Tensor, batch: torch.Tensor,
-                program: torch.Tensor | None = None, store_x: torch.Tensor | None = None,
-                store_count: torch.Tensor | None = None, trace_kind: torch.Tensor | None = None,
-                trace_x: torch.Tensor | None = None, trace_count: torch.Tensor | None = None,
+                program: torch.Tensor | None = None, *view_inputs: torch.Tensor | None,
                 head: torch.Tensor | None = None) -> torch.Tensor:
-        emb = self.embed(node_kind, x, edge_index, edge_type, batch, program, store_x,
-                         store_count, trace_kind, trace_x, trace_count)
+        emb = self.embed(node_kind, x, edge_index, edge_type, batch, program, *view_inputs)
         out = self.head(emb).squeeze(-1)
         if head is not None:
             for i, extra in enumerate(self.extra_heads, start=1):
                 out = torch.where(head == i, extra(emb).squeeze(-1), out)
         return out
+
+
+class StoreEncoder(nn.Sequential):
+    """Per-store feature rows -> one vector per program :math:`(B, hidden)` (TenSet's MLP):
+    each row through two ReLU layers, summed over the program's rows (latency adds up over
+    statements) and log-compressed; a program without stores gets log(1 + 0) = 0. A
+    `Sequential`, so its weights keep the names of the plain MLP it replaced (`store_mlp.0`,
+    `store_mlp.2`)."""
+
+    def __init__(self, num_features: int, hidden: int):
+        super().__init__(nn.Linear(num_features, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
+                         nn.ReLU())
+        self.width = hidden
+
+    def forward(self, rows: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        size = len(count)
+        owner = torch.repeat_interleave(torch.arange(size, device=count.device), count)
+        return torch.log1p(global_add_pool(super().forward(rows), owner, size))
 
 
 class TraceEncoder(nn.Module):
@@ -197,6 +217,7 @@ class TraceEncoder(nn.Module):
 
     def __init__(self, num_kinds: int, num_features: int, hidden: int, layers: int):
         super().__init__()
+        self.width = 2 * hidden
         self.kind_embedding = nn.Embedding(num_kinds, hidden)
         self.feature_proj = nn.Linear(num_features, hidden)
         self.position_embedding = nn.Embedding(self.MAX_TRACE_POSITION, hidden)
@@ -219,13 +240,12 @@ class TraceEncoder(nn.Module):
 
 def batch_inputs(model: nn.Module, batch) -> tuple:
     """The inputs of `model` (its `forward` and `embed`) from a batch of
-    `Normalization.data` graphs: program and store features only if its architecture reads
-    them, likewise the trace's tokens. Each graph's head is not among them (`forward`'s
-    `head`, default head 0: the model's own)."""
+    `Normalization.data` graphs: program features only if its architecture reads them, then
+    the inputs of each view with an encoder (`costmodel.views.encoded`: the store rows and
+    their counts, the trace's tokens), None for a view it does not read. Each graph's head is
+    not among them (`forward`'s `head`, default head 0: the model's own)."""
     arch = model.architecture
-    stores, traces = bool(arch.get("num_store_features")), bool(arch.get("num_trace_features"))
     return (batch.node_kind, batch.x, batch.edge_index, batch.edge_type, batch.batch,
             batch.program if arch.get("num_program_features") else None,
-            batch.store_x if stores else None, batch.store_count if stores else None,
-            *((batch.trace_kind, batch.trace_x, batch.trace_count) if traces
-              else (None, None, None)))
+            *(getattr(batch, name) if view.reads(arch) else None
+              for view in views.encoded() for name in view.inputs))

@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from costmodel import views
+
 EPS = 1e-6
 FLOPS_FEATURE = 0  # PROGRAM_FEATURES[0] is log2(1 + FLOPs)
 # predictions beyond this many training standard deviations are clipped (far extrapolation)
@@ -27,9 +29,18 @@ def varied(std: np.ndarray) -> np.ndarray:
     return np.asarray(std, np.float64) > 2 * EPS
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(init=False)
 class Normalization:
-    """Standardisation fitted on the training split; stored in checkpoints."""
+    """Standardisation fitted on the training split; stored in checkpoints.
+
+    Beside the node and program features and the target it keeps the mean and standard
+    deviation of the rows of each optional view it was fitted with (`costmodel.views`: the
+    view's `statistics` name them, e.g. `store_mean` and `store_std` for `ProgramGraph.store_x`,
+    `trace_*` for `trace_x`, `warp_*` for `warp_x`, whose standardised rows `data` appends to
+    `x`), for models that read them. They are keyword arguments and attributes of these names
+    (None: the view was not fitted, and a model reading it cannot use this normalisation), and
+    entries of the checkpoint's dict; `view_statistics` holds those that are there.
+    """
 
     x_mean: np.ndarray
     x_std: np.ndarray
@@ -39,15 +50,28 @@ class Normalization:
     y_std: float
     per_flop: bool = False
     per_workload: bool = False  # absent from checkpoints written before it existed: False
-    # store features (`ProgramGraph.store_x`), for models that read them; None: none
-    store_mean: np.ndarray | None = None
-    store_std: np.ndarray | None = None
-    # trace token features (`ProgramGraph.trace_x`), likewise
-    trace_mean: np.ndarray | None = None
-    trace_std: np.ndarray | None = None
-    # warp access features (`ProgramGraph.warp_x`), likewise; `data` appends them to `x`
-    warp_mean: np.ndarray | None = None
-    warp_std: np.ndarray | None = None
+    view_statistics: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+    def __init__(self, x_mean: np.ndarray, x_std: np.ndarray, program_mean: np.ndarray,
+                 program_std: np.ndarray, y_mean: float, y_std: float, per_flop: bool = False,
+                 per_workload: bool = False,
+                 view_statistics: dict[str, np.ndarray] | None = None,
+                 **statistics: np.ndarray | None):
+        self.x_mean, self.x_std = x_mean, x_std
+        self.program_mean, self.program_std = program_mean, program_std
+        self.y_mean, self.y_std = y_mean, y_std
+        self.per_flop, self.per_workload = per_flop, per_workload
+        if unknown := sorted(set(statistics) - set(_view_statistics())):
+            raise TypeError(f"Normalization.__init__() got an unexpected keyword argument "
+                            f"{unknown[0]!r}")
+        merged = {**(view_statistics or {}), **statistics}  # a keyword None clears one
+        self.view_statistics = {k: v for k, v in merged.items() if v is not None}
+
+    def __getattr__(self, name: str):
+        """A view's statistics by name (`store_mean`, ...); None where it was not fitted."""
+        if name in _view_statistics():
+            return self.__dict__.get("view_statistics", {}).get(name)
+        raise AttributeError(f"'Normalization' object has no attribute {name!r}")
 
     @classmethod
     def fit(cls, graphs, latencies, per_flop: bool = False,
@@ -58,8 +82,8 @@ class Normalization:
         workload (`per_workload`); `y_mean` is then 0 and `y_std` the pooled within-workload
         standard deviation of the training records, so that a prediction maps to a log-latency
         relative to its workload's mean (`log_latency`), in the units of a typical workload.
-        Graphs with store features (`store_x`), trace tokens (`trace_x`) or warp features
-        (`warp_x`) standardise those too.
+        Graphs with the rows of an optional view (`store_x`, `trace_x`, `warp_x`: `View.rows`)
+        standardise those too.
         """
         graphs = list(graphs)
         x = np.concatenate([g.x for g in graphs])
@@ -68,10 +92,11 @@ class Normalization:
         if per_flop:
             y = y - prog[:, FLOPS_FEATURE] * math.log(2)
         y_mean, y_std = _target_statistics(y, workloads)
+        rows = {}
+        for view in views.optional():
+            rows.update(zip(view.statistics, _row_statistics(graphs, view.rows)))
         return cls(x.mean(0), x.std(0) + EPS, prog.mean(0), prog.std(0) + EPS,
-                   y_mean, y_std, per_flop, workloads is not None,
-                   *_row_statistics(graphs, "store_x"), *_row_statistics(graphs, "trace_x"),
-                   *_row_statistics(graphs, "warp_x"))
+                   y_mean, y_std, per_flop, workloads is not None, **rows)
 
     def refit_targets(self, graphs, latencies, workloads=None) -> "Normalization":
         """A copy whose target statistics (`y_mean`, `y_std`) are fitted on these records (as
@@ -103,32 +128,30 @@ class Normalization:
         statistics (`y_mean`, `y_std`, `per_flop`, `per_workload`) stay these: latencies of
         another target (a GPU) have another scale, and the head is fine-tuned to it.
         """
-        x, prog = varied(source.x_std), varied(source.program_std)
-
         def pick(mask, theirs, ours):
             return np.where(mask, theirs, ours).astype(np.asarray(ours).dtype)
 
-        rows = {}
-        for view in ("store", "trace", "warp"):
-            theirs, ours = getattr(source, f"{view}_std"), getattr(self, f"{view}_std")
+        inputs = {}
+        for view in views.VIEWS:  # the graph's and the program's, then the optional views'
+            mean, std = view.statistics
+            theirs, ours = getattr(source, std), getattr(self, std)
             if theirs is not None and ours is not None:
                 mask = varied(theirs)
-                rows[f"{view}_mean"] = pick(mask, getattr(source, f"{view}_mean"),
-                                            getattr(self, f"{view}_mean"))
-                rows[f"{view}_std"] = pick(mask, theirs, ours)
-        return dataclasses.replace(
-            self, x_mean=pick(x, source.x_mean, self.x_mean),
-            x_std=pick(x, source.x_std, self.x_std),
-            program_mean=pick(prog, source.program_mean, self.program_mean),
-            program_std=pick(prog, source.program_std, self.program_std), **rows)
+                inputs[mean] = pick(mask, getattr(source, mean), getattr(self, mean))
+                inputs[std] = pick(mask, theirs, ours)
+        return dataclasses.replace(self, **inputs)
 
     def offset(self, graph) -> float:
         """What the target leaves out of a graph's log-latency: its log FLOPs if per FLOP."""
         return float(graph.program[FLOPS_FEATURE]) * math.log(2) if self.per_flop else 0.0
 
     def to_dict(self) -> dict:
-        return {k: (v.tolist() if isinstance(v, np.ndarray) else v)
-                for k, v in dataclasses.asdict(self).items()}
+        """The checkpoint's dict: every field, then every optional view's statistics (None
+        where not fitted)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                  if f.name != "view_statistics"}
+        fields.update({k: self.view_statistics.get(k) for k in _view_statistics()})
+        return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in fields.items()}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Normalization":
@@ -151,35 +174,22 @@ class Normalization:
         """A normalised `torch_geometric.data.Data` for one graph, with its normalised target
         `y` (from `targets`) if given."""
         data = graph.to_pyg()
-        data.x = (data.x - torch.from_numpy(self.x_mean)) / torch.from_numpy(self.x_std)
-        data.program = (data.program - torch.from_numpy(self.program_mean)) \
-            / torch.from_numpy(self.program_std)
-        data.x, data.program = data.x.float(), data.program.float()
-        if self.store_mean is not None:
-            if graph.store_x is None:
-                raise ValueError("this normalisation standardises store features, and the graph "
-                                 "has none: featurise with Featurizer(stores=True)")
-            data.store_x = ((data.store_x - torch.from_numpy(self.store_mean))
-                            / torch.from_numpy(self.store_std)).float()
-        elif graph.store_x is not None:  # a model without store features: leave them out
-            del data.store_x, data.store_count
-        if self.trace_mean is not None:
-            if graph.trace_x is None:
-                raise ValueError("this normalisation standardises trace tokens, and the graph "
-                                 "has none: featurise with Featurizer(traces=True)")
-            data.trace_x = ((data.trace_x - torch.from_numpy(self.trace_mean))
-                            / torch.from_numpy(self.trace_std)).float()
-        elif graph.trace_x is not None:  # a model without the trace view: leave it out
-            del data.trace_kind, data.trace_x, data.trace_count
-        if self.warp_mean is not None:  # the model reads them as more node features
-            if graph.warp_x is None:
-                raise ValueError("this normalisation standardises warp features, and the graph "
-                                 "has none: featurise with Featurizer(warps=True)")
-            warp = (data.warp_x - torch.from_numpy(self.warp_mean)) \
-                / torch.from_numpy(self.warp_std)
-            data.x = torch.cat([data.x, warp.float()], dim=1)
-        if graph.warp_x is not None:
-            del data.warp_x
+        for view in views.VIEWS:  # the graph's and the program's, then the optional views'
+            mean, std = (getattr(self, k) for k in view.statistics)
+            has_rows = getattr(graph, view.rows) is not None
+            if mean is not None:
+                if not has_rows:
+                    raise ValueError(f"this normalisation standardises {view.label}, and the "
+                                     f"graph has none: featurise with Featurizer({view.flag}=True)")
+                rows = ((data[view.rows] - torch.from_numpy(mean))
+                        / torch.from_numpy(std)).float()
+                if view.node_features:  # the model reads them as more node features
+                    data.x = torch.cat([data.x, rows], dim=1)
+                else:
+                    data[view.rows] = rows
+            if has_rows and (mean is None or view.node_features):  # not read, or now in `x`
+                for name in view.inputs:
+                    delattr(data, name)
         data.offset = torch.tensor([self.offset(graph)])
         if y is not None:
             data.y = torch.tensor([float(y)])
@@ -208,6 +218,11 @@ def _target_statistics(y: np.ndarray, workloads=None) -> tuple[float, float]:
         return float(y.mean()), float(y.std() + EPS)
     residual = y - pd.Series(y).groupby(np.asarray(workloads)).transform("mean").to_numpy()
     return 0.0, float(np.sqrt(np.mean(residual ** 2)) + EPS)
+
+
+def _view_statistics() -> list[str]:
+    """The keys of every optional view's statistics, in `costmodel.views.VIEWS` order."""
+    return [k for view in views.optional() for k in view.statistics]
 
 
 def _row_statistics(graphs, name: str) -> tuple[np.ndarray | None, np.ndarray | None]:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from costmodel import blend as blending
-from costmodel import checkpoint, featurize
+from costmodel import checkpoint, featurize, views
 from costmodel.model import batch_inputs
 from datagen.errors import UserError
 
@@ -102,13 +102,11 @@ class CostModelPredictor:
                                 "(normalize_per_workload), the others a latency")
         self.members = members
         self.companion = companion
-        stores = companion is not None or \
-            any(m.model.architecture.get("num_store_features") for m in members)
-        traces = any(m.model.architecture.get("num_trace_features") for m in members)
-        warps = any(m.model.architecture.get("num_warp_features") for m in members)
+        flags = {view.flag: any(view.reads(m.model.architecture) for m in members)
+                 for view in views.optional()}  # the views some member reads
+        flags[views.STORE.flag] |= companion is not None  # LightGBM reads the store rows
         self.featurizer = featurize.Featurizer(json.loads(first.meta["target"]),
-                                               cache_dir=cache_dir, stores=stores, traces=traces,
-                                               warps=warps)
+                                               cache_dir=cache_dir, **flags)
 
     @property
     def meta(self) -> dict:
