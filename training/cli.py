@@ -55,15 +55,15 @@ def check_ckpt_path(subcommand: str, path: str | None) -> None:
 def _fit(args: list[str] | None) -> int:
     from lightning.pytorch.cli import LightningCLI
 
+    from costmodel import views
     from training.data import ScheduleDataModule
     from training.module import CostModelModule
 
     class CLI(LightningCLI):
         def add_arguments_to_parser(self, parser):
-            # the data extract store features exactly when the model reads them
-            parser.link_arguments("model.use_store_features", "data.store_features")
-            parser.link_arguments("model.use_trace_features", "data.trace_features")
-            parser.link_arguments("model.use_warp_features", "data.warp_features")
+            # the data featurise each optional view exactly when the model reads it
+            for view in views.optional():
+                parser.link_arguments(f"model.use_{view.key}", f"data.{view.key}")
 
         def parse_arguments(self, parser, args):
             super().parse_arguments(parser, args)

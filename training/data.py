@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from costmodel import views
 from costmodel.normalization import Normalization
 from datagen.measure import OK
 from datagen.errors import UserError
@@ -567,8 +568,7 @@ class ScheduleDataModule(L.LightningDataModule):
 
         hp = self.hparams
         featurizer = Featurizer(json.loads(frame.target.iloc[0]), cache_dir=hp.cache_dir,
-                                stores=hp.store_features, traces=hp.trace_features,
-                                warps=hp.warp_features)
+                                **{view.flag: bool(hp.get(view.key)) for view in views.optional()})
         graphs = []
         rows = zip(frame.workload_ir, frame.trace, frame.trace_hash)
         for graph in tqdm(featurizer.iter_records(rows), total=len(frame), desc="featurise",

@@ -6,7 +6,7 @@ import lightning as L
 import numpy as np
 import torch
 
-from costmodel import checkpoint, featurize, trace_features
+from costmodel import checkpoint, views
 from costmodel.losses import RANK_LOSSES, cost_model_loss
 from costmodel.model import MODELS, READOUTS, batch_inputs
 from datagen.errors import UserError
@@ -18,13 +18,11 @@ LR_SCHEDULES = ("constant", "cosine")
 ARCHITECTURE_OPTIONS = {"name": "--model.architecture", "hidden": "--model.hidden",
                         "num_layers": "--model.num_layers", "dropout": "--model.dropout",
                         "num_program_features": "--model.use_program_features",
-                        "readout": "--model.readout",
-                        "num_store_features": "--model.use_store_features",
-                        "num_trace_features": "--model.use_trace_features",
-                        "num_trace_kinds": "--model.use_trace_features",
-                        "trace_layers": "--model.trace_layers",
-                        "num_heads": "--model.joint_head",
-                        "num_warp_features": "--model.use_warp_features"}
+                        "readout": "--model.readout", "num_heads": "--model.joint_head",
+                        # an optional view's sizes: --model.use_KEY; its options: their own
+                        **{k: f"--model.use_{view.key}" for view in views.optional()
+                           for k in view.sizes},
+                        **{k: f"--model.{k}" for view in views.optional() for k in view.options}}
 
 
 def check_same_architecture(path: str, theirs: dict, ours: dict) -> None:
@@ -85,11 +83,11 @@ class CostModelModule(L.LightningModule):
             its graph (`costmodel.model.GraphSAGECostModel`); `train` passes it on to the data
             (`ScheduleDataModule.store_features`), which then extracts them.
         use_trace_features: also read the schedule's trace as tokens (TLP's view: each
-            primitive and its decisions, `costmodel.trace_features`) through self-attention
+            primitive and its decisions, `costmodel.views.trace`) through self-attention
             beside the graph; `train` passes it on to the data (`trace_features`).
         trace_layers: self-attention layers over the trace (with `use_trace_features`).
         use_warp_features: also read each memory access's warp features (shared-memory bank
-            conflicts, global sectors per warp: `costmodel.featurize.WARP_FEATURES`) beside
+            conflicts, global sectors per warp: `costmodel.views.warp`) beside
             its node features; `train` passes it on to the data (`warp_features`).
         joint_head: with `data.joint_dataset`, its records (another target's) train a head of
             their own on the shared layers (MTL-TLP's multi-task recipe) instead of sharing
@@ -140,18 +138,16 @@ class CostModelModule(L.LightningModule):
         if trace_layers < 1:
             raise UserError(f"trace_layers must be at least 1, not {trace_layers}")
         self.save_hyperparameters()
-        traces = {"num_trace_features": trace_features.NUM_TRACE_FEATURES,
-                  "num_trace_kinds": trace_features.TRACE_KINDS,
-                  "trace_layers": trace_layers} if use_trace_features else {}
+        read = {}  # the sizes of each optional view read (`use_KEY`), and its options' values
+        for view in self.read_views:
+            read.update(view.sizes)
+            read.update((k, self.hparams[k]) for k in view.options)
         self.model = MODELS.create(
-            architecture, num_node_kinds=len(featurize.VOCABULARY),
-            num_node_features=featurize.NUM_NODE_FEATURES,
-            num_edge_types=len(featurize.EDGE_TYPES),
-            num_program_features=featurize.NUM_PROGRAM_FEATURES if use_program_features else 0,
+            architecture, **views.GRAPH.sizes,
+            num_program_features=views.PROGRAM.sizes["num_program_features"]
+            if use_program_features else 0,
             hidden=hidden, num_layers=num_layers, dropout=dropout, readout=readout,
-            num_store_features=featurize.NUM_STORE_FEATURES if use_store_features else 0,
-            num_heads=2 if joint_head else 1,
-            num_warp_features=featurize.NUM_WARP_FEATURES if use_warp_features else 0, **traces)
+            num_heads=2 if joint_head else 1, **read)
         # with `init_from`: its normalisation and what the new checkpoint records of it
         self.source_normalization, self.source = None, None
         if init_from:
@@ -174,20 +170,20 @@ class CostModelModule(L.LightningModule):
     def setup(self, stage: str) -> None:
         """With `init_from`, standardise the data's inputs as the source checkpoint did."""
         data = self.trainer.datamodule
-        if self.hparams.use_store_features and data.normalization.store_mean is None:
-            raise UserError("use_store_features needs data with store features: set "
-                            "data.store_features true (train links the two)")
-        if self.hparams.use_trace_features and data.normalization.trace_mean is None:
-            raise UserError("use_trace_features needs data with trace tokens: set "
-                            "data.trace_features true (train links the two)")
-        if self.hparams.use_warp_features and data.normalization.warp_mean is None:
-            raise UserError("use_warp_features needs data with warp features: set "
-                            "data.warp_features true (train links the two)")
+        for view in self.read_views:
+            if getattr(data.normalization, view.statistics[0]) is None:
+                raise UserError(f"use_{view.key} needs data with {view.label}: set "
+                                f"data.{view.key} true (train links the two)")
         if self.hparams.joint_head and not data.hparams.joint_dataset:
             raise UserError("joint_head gives another dataset's records a head of their own: "
                             "set data.joint_dataset too, or leave joint_head false")
         if self.source_normalization is not None:
             data.normalization = data.normalization.with_inputs_of(self.source_normalization)
+
+    @property
+    def read_views(self) -> list:
+        """The optional views the model reads: those whose `use_KEY` is set."""
+        return [view for view in views.optional() if self.hparams.get(f"use_{view.key}")]
 
     def forward(self, batch) -> torch.Tensor:
         return self.model(*batch_inputs(self.model, batch), head=getattr(batch, "head", None))
