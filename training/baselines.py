@@ -29,7 +29,6 @@ an argument torch 2.13 no longer has, so it does not train with the torch this p
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -215,9 +214,10 @@ def per_store_features(frame: pd.DataFrame, target, progress: bool = False,
     import tvm
     from tqdm import tqdm
 
-    from costmodel.featurize import STORE_FEATURES_VERSION, record_key, save_rows, store_features
+    from costmodel.featurize import record_key, save_rows, store_features
+    from costmodel.views import STORE
 
-    cached = Path(cache_dir) / STORE_FEATURES_VERSION / target.kind.name if cache_dir else None
+    cached = STORE.folder(cache_dir, target.kind.name) if cache_dir else None
     hashes = frame.trace_hash if cached is not None else [None] * len(frame)
     workloads, prefixes = {}, {}
     features = []
