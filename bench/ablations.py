@@ -227,7 +227,7 @@ class HeldOut:
         within its workload first: `weight` of ours, 1 - `weight` of the other's (the blend
         `costmodel blend` ships, `costmodel.blend.blend`)."""
         from costmodel.blend import blend
-        from training.evaluate import _metrics
+        from training.evaluate import grouped_metrics
 
         frame = getattr(self, side)
         keys = frame.workload_key
@@ -236,7 +236,7 @@ class HeldOut:
                 self.predictor(checkpoints).predict_records(frame))
         ours = self.predicted[tuple(checkpoints), side]
         both = blend(ours, -np.asarray(other), keys.to_numpy(), weight)
-        found = _metrics(frame, both, latency=False)
+        found = grouped_metrics(frame, both, latency=False)
         return {"overall": found["overall"], "per_network": found["per_network"],
                 "per_family": found["per_family"]}
 
@@ -365,7 +365,7 @@ def fit(held: HeldOut, checkpoint_path: str, seed: int = 0) -> dict:
     """Overall metrics of one checkpoint on a seeded sample of `FIT_WORKLOADS` of its training
     workloads (records it trained on), on the validation ones (it only chose its epoch there)
     and on the held-out ones, each side with its `worst_picks`."""
-    from training.evaluate import _metrics
+    from training.evaluate import grouped_metrics
 
     keys = sorted(held.train.workload_key.unique())
     keys = np.random.default_rng(seed).choice(keys, min(FIT_WORKLOADS, len(keys)), replace=False)
@@ -376,7 +376,7 @@ def fit(held: HeldOut, checkpoint_path: str, seed: int = 0) -> dict:
     for side, frame in sides.items():
         if len(frame):
             predicted = predictor.predict_records(frame)
-            out[side] = {"records": len(frame), **_metrics(
+            out[side] = {"records": len(frame), **grouped_metrics(
                 frame, predicted, predictor.predicts_latency)["overall"],
                 "worst_picks": worst_picks(frame, predicted)}
     return out
@@ -406,7 +406,7 @@ def diagnose(args, held: HeldOut, variants: dict) -> dict:
 
 def baseline(args, held: HeldOut, name: str) -> dict:
     """A tree baseline trained on the base split's training records, scored once (cached)."""
-    from training.evaluate import _metrics
+    from training.evaluate import grouped_metrics
 
     path = os.path.join(args.out, "baselines", f"{name}.json")
     wanted = {"config": portable(args.config), "dataset": held.dataset,
@@ -414,7 +414,7 @@ def baseline(args, held: HeldOut, name: str) -> dict:
               "train": len(held.train)}
     if (found := read_result(path, wanted)) is not None:
         return found
-    found = _metrics(held.test, baseline_scores(args, held, name), latency=False)
+    found = grouped_metrics(held.test, baseline_scores(args, held, name), latency=False)
     result = {"settings": wanted, "overall": found["overall"],
               "per_network": found["per_network"], "per_family": found["per_family"]}
     os.makedirs(os.path.dirname(path), exist_ok=True)

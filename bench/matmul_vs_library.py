@@ -100,7 +100,7 @@ def bench(args) -> int:
     from datagen.measure import Measurer, local_device
     from datagen.sampler import replay
     from datagen.tvm_env import default_num_threads, make_target
-    from tuning.compare import finalist
+    from tuning.runs import finalist
     from tuning.tuner import TUNERS, SearchInputs, load_predictor, tune_workload
 
     if args.size < 16 or args.trials < 1 or args.rounds < 1:

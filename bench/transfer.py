@@ -228,10 +228,10 @@ def read_result(path: str, wanted: dict) -> dict | None:
 
 def write_json(path: str, value) -> None:
     """Write atomically: a reader sees the whole file or none."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
+    from datagen.errors import atomic_path
+
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
         json.dump(value, f, indent=1)
-    os.replace(tmp, path)
 
 
 class HeldOut:
@@ -575,9 +575,10 @@ def teach(args, teachers: list[dict], train_keys: list[str], side: HeldOut, path
     table = pd.DataFrame({"workload_key": frame.workload_key.astype(str),
                           "trace_hash": frame.trace_hash.astype(str), "latency": latency})
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    table.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    from datagen.errors import atomic_path
+
+    with atomic_path(path, ".parquet") as tmp:
+        table.to_parquet(tmp, index=False)
     return len(table)
 
 

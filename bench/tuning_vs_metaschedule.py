@@ -100,8 +100,9 @@ LONG_TUNERS = ["ms-xgb-pretrained", "ms-default"]  # the baselines that the targ
 def part(name, workloads, checkpoint, args, target, measurer) -> None:
     from datagen.suites import resolve
     from datagen.tvm_env import describe_target
-    from tuning.compare import (format_summary, model_ids, plot_curves, run_curves,
-                                same_models, summarize)
+    from tuning.compare import run_curves
+    from tuning.report import format_summary, plot_curves, summarize
+    from tuning.runs import model_ids, same_models
     from tuning.pretrained_xgb import pretrained_xgb_file
     from tuning.tuner import TUNERS as REGISTRY
     from tuning.tuner import SearchInputs, load_predictor

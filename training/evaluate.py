@@ -34,7 +34,7 @@ GRAPHSAGE = "graphsage"
 NOT_LATENCY = ("mape",)
 
 
-def _metrics(frame: pd.DataFrame, predicted: np.ndarray, latency: bool) -> dict:
+def grouped_metrics(frame: pd.DataFrame, predicted: np.ndarray, latency: bool) -> dict:
     """Metrics overall, per family, per network and per workload; `predicted` orders like
     latency (lower is faster), and is a latency if `latency`. A record counts for every network
     it lists."""
@@ -60,7 +60,7 @@ def score(predictor, test: pd.DataFrame, predictions: np.ndarray | None = None) 
     None if it predicts no latency."""
     if predictions is None:
         predictions = predictor.predict_records(test)
-    return _metrics(test, predictions, latency=predictor.predicts_latency)
+    return grouped_metrics(test, predictions, latency=predictor.predicts_latency)
 
 
 def _spread(runs: list[dict]) -> tuple[dict, dict]:
@@ -303,7 +303,7 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
     for p in predictors:
         pred = p.predict_records(test)
         preds.setdefault(GRAPHSAGE, pred)
-        runs.append(_metrics(test, pred, latency=latency))
+        runs.append(grouped_metrics(test, pred, latency=latency))
     mean, std = _spread(runs)
     models[GRAPHSAGE] = {"runs": len(runs), "ensemble": ensemble, "predicts_latency": latency,
                          "mean": mean, "std": std, "per_run": runs,
@@ -317,7 +317,7 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
         for scores in (s for records, seeds in fits for s in BASELINES.get(name)(
                 records, test, target, seeds, cache_dir=cache_dir)):
             preds.setdefault(name, -scores)  # higher score is faster: negate to order as latency
-            runs.append(_metrics(test, -scores, latency=False))
+            runs.append(grouped_metrics(test, -scores, latency=False))
         mean, std = _spread(runs)
         models[name] = {"runs": len(runs), "predicts_latency": False, "mean": mean, "std": std,
                         "per_run": runs}

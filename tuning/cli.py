@@ -97,7 +97,7 @@ def _write_best(database, mod, target, work_dir: str) -> float | None:
 
 
 def _plot_one(curve: list[float], path: str, title: str) -> None:
-    from tuning.compare import plot_curves
+    from tuning.report import plot_curves
 
     plot_curves({title: {"tuned": [curve]}}, path)
 
@@ -161,7 +161,8 @@ def _run_torch(args, target, measurer, inputs) -> int:
 
 def _compare(args) -> int:
     from datagen.suites import resolve
-    from tuning.compare import format_summary, plot_curves, run_curves, summarize
+    from tuning.compare import run_curves
+    from tuning.report import format_summary, plot_curves, summarize
     from tuning.tuner import TUNERS
 
     workloads = resolve(args.workloads or [DEFAULT_COMPARE_WORKLOAD])

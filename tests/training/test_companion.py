@@ -29,7 +29,7 @@ def test_a_blended_checkpoint_predicts_the_blend_and_evaluates_as_it(own_checkpo
     from datagen.tvm_env import make_target
     from training.baselines import fit_lightgbm, per_store_features, predict_lightgbm
     from training.data import training_records, usable
-    from tuning.compare import model_ids
+    from tuning.runs import model_ids
     from tuning.tuner import SearchInputs
 
     proc = run_cli("blend", own_checkpoint, "--weight", "0.4", prog="costmodel", check=True)

@@ -121,19 +121,19 @@ def scored_frame() -> pd.DataFrame:
 
 
 def test_per_network_rows_count_a_record_for_each_network_it_lists():
-    from training.evaluate import GRAPHSAGE, _markdown, _metrics
+    from training.evaluate import GRAPHSAGE, _markdown, grouped_metrics
     from training.metrics import all_metrics
 
     data = scored_frame()
     pred = np.array([1.0, 2.0, 4.0, 40.0, 20.0, 10.0])  # dense/a right, conv2d/b backwards
-    got = _metrics(data, pred, latency=True)
+    got = grouped_metrics(data, pred, latency=True)
     assert set(got["per_network"]) == {"bert", "resnet50"}
     assert got["per_network"]["bert"] == got["per_family"]["dense"]  # only dense/a is in bert
     assert got["per_network"]["bert"]["kendall_tau"] == pytest.approx(1.0)
     assert got["per_network"]["resnet50"] == got["overall"]  # both workloads are in resnet50
     assert got["overall"] == all_metrics(data.workload_key, data.latency_median, pred,
                                          data.workload_weight)
-    relative = _metrics(data, pred, latency=False)
+    relative = grouped_metrics(data, pred, latency=False)
     assert relative["overall"]["mape"] is None and relative["per_network"]["bert"]["mape"] is None
     assert relative["overall"]["ape"] == got["overall"]["ape"]  # ranking metrics stay
     run = {"overall": got["overall"], "per_family": got["per_family"],
@@ -148,7 +148,7 @@ def test_per_network_rows_count_a_record_for_each_network_it_lists():
     assert "## Per network" in text and "| bert |" in text and "| resnet50 |" in text
     assert "### lightgbm" in text and "predicts a score relative to each workload" in text
     # records that name no network: no per-network rows, and no empty section
-    unnamed = _metrics(data.assign(network=None), pred, latency=True)
+    unnamed = grouped_metrics(data.assign(network=None), pred, latency=True)
     assert unnamed["per_network"] == {}
     for model in report["models"].values():
         model["per_run"] = [unnamed]

@@ -75,7 +75,7 @@ def test_registries_name_their_pieces():
 
 
 def test_paired_statistics_on_hand_made_runs():
-    from tuning.compare import paired_stats
+    from tuning.report import paired_stats
 
     # two workloads x two seeds; bo's finalists are 10% faster except one 5% slower pair
     curves = {w: {"bo": [[3.0, 1.0]] * 2, "ms-default": [[2.0, 1.5]] * 2} for w in ("a", "b")}
@@ -94,7 +94,7 @@ def test_paired_statistics_on_hand_made_runs():
 
 
 def test_a_tuner_with_a_smaller_budget_is_compared_only_where_it_ran():
-    from tuning.compare import format_summary, paired_stats, summarize
+    from tuning.report import format_summary, paired_stats, summarize
 
     # bo ran 2 trials, ms-default 4: bo@2 is compared with ms-default@2 and @4, never bo@4
     curves = {"a": {"bo": [[3.0, 1.0]], "ms-default": [[2.0, 1.5, 1.2, 0.8]]}}
@@ -117,26 +117,26 @@ def test_a_tuner_with_a_smaller_budget_is_compared_only_where_it_ran():
 def test_runs_and_pairs_of_other_models_are_not_read_back(tmp_path):
     import json
 
-    from tuning.compare import _finished, _read_pair
+    from tuning.runs import finished_curve, read_pair
 
     mine = {"checkpoints": [{"file": "a.ckpt", "sha256": "1"}]}
     other = {"checkpoints": [{"file": "a.ckpt", "sha256": "2"}]}
     (tmp_path / "done").write_text(json.dumps({"trials": 0, "models": mine}))
-    assert _finished(str(tmp_path), 8, mine) == []
-    assert _finished(str(tmp_path), 8, other) is None
+    assert finished_curve(str(tmp_path), 8, mine) == []
+    assert finished_curve(str(tmp_path), 8, other) is None
     (tmp_path / "done").write_text("8\n")  # a run that did not say which models it used
-    assert _finished(str(tmp_path), 8, mine) is None
+    assert finished_curve(str(tmp_path), 8, mine) is None
     pair = {"rounds": 3, "tuner_trials": {"bo": 8}, "models": mine, "budgets": {"8": {}}}
     (tmp_path / "pair.json").write_text(json.dumps(pair))
     path = str(tmp_path / "pair.json")
-    assert _read_pair(path, {"bo": 8}, [8], 3, mine) == pair
-    assert _read_pair(path, {"bo": 8}, [8], 3, other) is None
-    assert _read_pair(path, {"bo": 16}, [8], 3, mine) is None
-    assert _read_pair(path, {"bo": 8}, [8, 16], 3, mine) is None
+    assert read_pair(path, {"bo": 8}, [8], 3, mine) == pair
+    assert read_pair(path, {"bo": 8}, [8], 3, other) is None
+    assert read_pair(path, {"bo": 16}, [8], 3, mine) is None
+    assert read_pair(path, {"bo": 8}, [8, 16], 3, mine) is None
     # the same model found under another file name is the same model
     renamed = {"checkpoints": [{"file": "b.ckpt", "sha256": "1"}]}
-    assert _read_pair(path, {"bo": 8}, [8], 3, renamed) == pair
-    assert _read_pair(path, {"bo": 8}, [8], 3, {**mine, "pretrained_xgb": {"file": "x",
+    assert read_pair(path, {"bo": 8}, [8], 3, renamed) == pair
+    assert read_pair(path, {"bo": 8}, [8], 3, {**mine, "pretrained_xgb": {"file": "x",
                                                                            "sha256": "3"}}) is None
 
 
@@ -144,7 +144,8 @@ def test_a_report_reads_finished_pairs_and_tunes_nothing(tmp_path):
     import json
 
     from datagen.suites import resolve
-    from tuning.compare import pair_file, run_curves
+    from tuning.compare import run_curves
+    from tuning.runs import pair_file
     from tuning.tuner import SearchInputs
 
     done, waiting = resolve(["dense/m128_n768_k768", "softmax/rows1536_cols128"])
@@ -180,7 +181,8 @@ def test_a_run_or_pair_measured_on_another_device_stops_the_comparison(tmp_path)
     from datagen.measure import Measurer, device_name
     from datagen.suites import resolve
     from datagen.tvm_env import make_target
-    from tuning.compare import pair_file, run_curves, run_dir
+    from tuning.compare import run_curves
+    from tuning.runs import pair_file, run_dir
     from tuning.tuner import SearchInputs
 
     first, second = resolve(["dense/m128_n768_k768", "softmax/rows1536_cols128"])
@@ -241,7 +243,8 @@ def test_a_report_reads_pairs_of_other_models_but_never_mixes_two(tmp_path):
 
     from datagen.errors import UserError
     from datagen.suites import resolve
-    from tuning.compare import pair_file, run_curves
+    from tuning.compare import run_curves
+    from tuning.runs import pair_file
     from tuning.tuner import SearchInputs
 
     first, second = resolve(["dense/m128_n768_k768", "softmax/rows1536_cols128"])

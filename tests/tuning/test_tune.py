@@ -414,7 +414,7 @@ def test_not_an_exported_model(tiny_checkpoint, tmp_path):
 
 
 def test_side_by_side_runs_get_equal_slices_of_the_cores_but_the_measuring_one():
-    from tuning.compare import core_slices
+    from tuning.side_by_side import core_slices
 
     assert core_slices(range(16), 3) == ([[0, 1, 2, 3, 4], [5, 6, 7, 8, 9],
                                           [10, 11, 12, 13, 14]], [15])
@@ -441,7 +441,7 @@ def test_a_side_by_side_worker_keeps_every_thread_on_its_slice():
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from tuning.compare import _take_cores
+    from tuning.side_by_side import _take_cores
 
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
@@ -461,8 +461,9 @@ def test_runs_of_several_pairs_side_by_side_in_their_own_processes(tiny_checkpoi
     from datagen.measure import Measurer
     from datagen.suites import resolve
     from datagen.tvm_env import make_target
-    from tuning.compare import (_models_used, core_slices, model_ids, pair_file, run_curves,
-                                run_dir)
+    from tuning.compare import run_curves
+    from tuning.runs import model_ids, models_used, pair_file, run_dir
+    from tuning.side_by_side import core_slices
     from tuning.tuner import SearchInputs, load_predictor
 
     target = make_target(None)
@@ -478,11 +479,11 @@ def test_runs_of_several_pairs_side_by_side_in_their_own_processes(tiny_checkpoi
         dirs = {(t, s): run_dir(out, w.key, t, s) for t in tuners for s in seeds}
         for (tuner, _), wd in dirs.items():
             with open(os.path.join(wd, "done")) as f:
-                assert json.load(f) == {"trials": 4, "models": _models_used(tuner, models),
+                assert json.load(f) == {"trials": 4, "models": models_used(tuner, models),
                                         "threads": threads, "device": measurer.device}
             (curve,) = read_curve(wd).values()
             assert len(curve) == 4
-        assert _models_used("bo", models) == models  # bo's names the checkpoint it loaded
+        assert models_used("bo", models) == models  # bo's names the checkpoint it loaded
         assert all(len(results[w.key][t]) == 2 and all(len(c) == 4 for c in results[w.key][t])
                    for t in tuners)
         assert all(len(r) == 2 for t in tuners for r in remeasured[w.key][4][t])
