@@ -25,17 +25,46 @@ COMMANDS = {"datagen": ("datagen.cli", "main"), "tune": ("tuning.cli", "main"),
 
 
 def run_cli(*args: str, cwd=None, check: bool = False, prog: str = "datagen",
-            env: dict | None = None) -> subprocess.CompletedProcess:
+            env: dict | None = None, isolated: bool = False) -> subprocess.CompletedProcess:
     """Run `PROG ARGS...` (datagen, tune, ...) as a user would, returning the finished process
-    (`env`: environment variables set beside this process's)."""
+    (`env`: environment variables set beside this process's).
+
+    The entry point runs in this process, as the installed script calls it, its output
+    captured and its exit status returned (an exception it lets out: status 1 and its traceback
+    on stderr, as the script would end), which spares each call a second import of TVM and
+    torch. It runs in a process of its own with `isolated`, a `cwd` or an `env`, and always
+    for `train` (LightningCLI seeds and configures process-wide state).
+    """
     module, func = COMMANDS[prog]
-    code = f"import sys; from {module} import {func}; sys.exit({func}(sys.argv[1:]))"
-    proc = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd,
-                          env={**os.environ, **env} if env else None,
-                          capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC)
+    if isolated or cwd is not None or env or prog == "train":
+        code = f"import sys; from {module} import {func}; sys.exit({func}(sys.argv[1:]))"
+        proc = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd,
+                              env={**os.environ, **env} if env else None,
+                              capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC)
+    else:
+        proc = _run_here(module, func, prog, list(args))
     if check and proc.returncode != 0:
         raise AssertionError(f"{prog} {' '.join(args)} failed:\n{proc.stderr}")
     return proc
+
+
+def _run_here(module: str, func: str, prog: str, args: list[str]) -> subprocess.CompletedProcess:
+    import importlib
+    import io
+    import traceback
+
+    entry = getattr(importlib.import_module(module), func)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = entry(args)
+        except SystemExit as stop:  # argparse's usage errors, --help
+            status = stop.code if isinstance(stop.code, int) else (stop.code is not None)
+        except Exception:  # noqa: BLE001  (what the script would print before exiting 1)
+            traceback.print_exc(file=err)
+            status = 1
+    return subprocess.CompletedProcess([prog, *args], int(status or 0), out.getvalue(),
+                                       err.getvalue())
 
 
 def assert_clean_error(proc: subprocess.CompletedProcess, match: str,
@@ -123,7 +152,7 @@ def tiny_dataset(tmp_path_factory) -> str:
     """A real dataset: 12 measured schedules of each workload of the 'tiny' suite."""
     out = str(tmp_path_factory.mktemp("tiny") / "ds")
     run_cli("collect", "tiny", "--out", out, "--per-workload", "12", "--batch-size", "6",
-            "--repeat", "3", "--min-repeat-ms", "5", "--no-progress", check=True)
+            "--repeat", "3", "--min-repeat-ms", "5", "--no-progress", check=True, isolated=True)
     return out
 
 
