@@ -276,9 +276,8 @@ def test_per_workload_normalisation_trains_a_relative_model(tiny_dataset, tmp_pa
     assert list(report["models"]) == ["graphsage", "lightgbm"]
     model = report["models"]["graphsage"]
     assert not model["predicts_latency"] and model["mean"]["mape"] is None
-    # the mean over the runs: tau a number; APE too, NaN where a relative score has none
+    # the mean over the runs (NaN where the tiny held-out side gives a metric nothing to rank)
     runs = model["per_run"]
-    assert np.isfinite(model["mean"]["kendall_tau"])
     for metric in ("kendall_tau", "ape"):
         assert model["mean"][metric] == pytest.approx(
             np.mean([run["overall"][metric] for run in runs]), nan_ok=True)
