@@ -25,17 +25,3 @@ def save_figure(fig, path: str, dpi: int = 120) -> str:
         image.save(tmp, format="PNG", optimize=True)
     return path
 
-
-def requantize(path: str) -> int:
-    """Rewrite an existing PNG as `save_figure` writes one; return its new size in bytes."""
-    import os
-
-    from PIL import Image
-
-    with Image.open(path) as image:
-        if image.mode == "P":
-            return os.path.getsize(path)
-        palette = image.convert("RGB").quantize(256)
-    with atomic_path(path, ".png") as tmp:
-        palette.save(tmp, format="PNG", optimize=True)
-    return os.path.getsize(path)
