@@ -110,7 +110,7 @@ def model_predictions(frame: pd.DataFrame, checkpoint: str, cache_dir: str | Non
     from costmodel.predictor import CostModelPredictor
     from datagen.tvm_env import make_target
     from training.baselines import load_xgb, predict_xgb
-    from tuning.pretrained_xgb import beside, fingerprint
+    from training.pretrained_xgb import beside, fingerprint
 
     predictor = CostModelPredictor.load(checkpoint, cache_dir=cache_dir)
     graphs = list(predictor.featurizer.iter_records(

@@ -1,7 +1,7 @@
 """The convention for files that live beside a checkpoint `NAME.ckpt`: a tree model fitted on
 exactly its training records, `NAME.xgb.npz` (MetaSchedule's XGBModel, `ms-xgb-pretrained`'s
-model and a part of bo's prior) and `NAME.lgb.npz` (TenSet's LightGBM, blended into the
-network's predictions).
+model and a part of bo's prior; blended into the network's predictions once it holds a blend
+weight) and `NAME.lgb.npz` (TenSet's LightGBM, blended into the network's predictions).
 
 Each file is a NumPy archive of plain arrays (loaded with `allow_pickle=False`; nothing in it
 runs), and names what it was fitted on with `fingerprint`, so a file of other records is never

@@ -6,8 +6,9 @@
     seconds = predictor.predict([sch1, sch2, ...])          # Schedules or scheduled IRModules
     seconds = predictor.predict_records(frame)              # rows of a datagen dataset
 
-A checkpoint with a LightGBM companion beside it (`NAME.lgb.npz`, `costmodel.blend`) predicts
-the blend of both unless loaded with `blend=False`.
+A checkpoint with a tree companion beside it (`costmodel.blend`: its LightGBM `NAME.lgb.npz`,
+or its pretrained XGBModel `NAME.xgb.npz` with a blend weight) predicts the blend of both
+unless loaded with `blend=False`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import os
 
 import numpy as np
 import torch
@@ -76,18 +76,18 @@ class CostModelPredictor:
     the workload's typical program (see `Normalization.log_latency`); they rank the programs
     of one workload and nothing more. Members must agree on which of the two they predict.
 
-    With a `companion` (`costmodel.blend.LightGBMCompanion`), predictions are the blend of
-    the networks' and LightGBM's within each workload (`costmodel.blend.blend`); the
+    With a `companion` (a `costmodel.blend.Companion`), predictions are the blend of
+    the networks' and the tree model's within each workload (`costmodel.blend.blend`); the
     embeddings stay the networks'.
 
     Args:
         members: loaded `checkpoint.Checkpoint`s (one for a single model).
         cache_dir: optional on-disk cache of featurised graphs.
-        companion: a LightGBM model fitted on the members' training records, to blend with.
+        companion: a tree model fitted on the members' training records, to blend with.
     """
 
     def __init__(self, members: list[checkpoint.Checkpoint], cache_dir: str | None = None,
-                 companion: blending.LightGBMCompanion | None = None):
+                 companion: blending.Companion | None = None):
         if not members:
             raise UserError("a predictor needs at least one checkpoint")
         first = members[0]
@@ -136,7 +136,8 @@ class CostModelPredictor:
              blend: bool = True) -> "CostModelPredictor":
         """Load one checkpoint, or several as an ensemble (`costmodel.checkpoint.load` each),
         with the networks on the torch `device` ("cpu" if None; "cuda", "cuda:1", ...), and,
-        if `blend`, the LightGBM companion beside the (first) checkpoint when there is one.
+        if `blend`, the tree companion beside the (first) checkpoint when there is one
+        (`costmodel.blend.load_companion`).
 
         Raises:
             UserError: a checkpoint that is missing, unsafe, of another format, featuriser,
@@ -149,14 +150,12 @@ class CostModelPredictor:
         members = [checkpoint.load(p, target_kind) for p in paths]
         for m in members:
             m.model.to(where)
-        companion = None
-        if blend and os.path.isfile(beside := blending.beside(paths[0])):
-            companion = blending.LightGBMCompanion.load(beside, members[0].meta, paths[0])
-            if other := next((m for m in members[1:] if blending.fingerprint(m.meta)
-                              != companion.info["fingerprint"]), None):
-                raise UserError(f"{beside} was fitted on the training records of {paths[0]}, "
-                                f"which {other.path} was not trained on; ensemble members of "
-                                "one split, or load with blend=False")
+        companion = blending.load_companion(paths[0], members[0].meta) if blend else None
+        if companion is not None:
+            if other := next((m for m in members[1:] if not companion.fits(m.meta)), None):
+                raise UserError(f"{companion.path} was fitted on the training records of "
+                                f"{paths[0]}, which {other.path} was not trained on; ensemble "
+                                "members of one split, or load with blend=False")
         return cls(members, cache_dir, companion)
 
     @property

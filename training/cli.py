@@ -8,13 +8,15 @@
     costmodel evaluate CHECKPOINT [CHECKPOINT ...] --dataset DIR --out DIR [--split shapes]
         [--cache-dir .cache/features] [--no-blend]
     costmodel convert OLD.ckpt NEW.ckpt
-    costmodel blend CHECKPOINT [--dataset DIR] [--weight 0.5] [--cache-dir .cache/features]
+    costmodel blend CHECKPOINT [--with lightgbm|xgb] [--dataset DIR] [--weight 0.5]
+        [--cache-dir .cache/features]
 
 `train` is LightningCLI over `CostModelModule` and `ScheduleDataModule`. `costmodel evaluate`
 scores checkpoints against the tree baselines (MetaSchedule's XGBModel, TenSet's LightGBM) on
 held-out workloads; `costmodel convert` rewrites a checkpoint of an older format in the
-current one; `costmodel blend` fits TenSet's LightGBM on a checkpoint's training records and
-writes it beside the checkpoint, which then predicts the blend of both (`costmodel.blend`).
+current one; `costmodel blend` fits TenSet's LightGBM (or MetaSchedule's XGBModel) on a
+checkpoint's training records and writes it beside the checkpoint, which then predicts the
+blend of both (`costmodel.blend`).
 """
 
 from __future__ import annotations
@@ -106,9 +108,16 @@ def _convert(args) -> int:
 def _blend(args) -> int:
     from training.companion import fit_companion
 
-    path = fit_companion(args.checkpoint, args.dataset, args.weight, args.out, args.cache_dir)
+    from costmodel import blend
+
+    path = fit_companion(args.checkpoint, args.dataset, args.weight, args.out, args.cache_dir,
+                         model=args.with_)
+    name = {"lightgbm": "TenSet's LightGBM", "xgb": "MetaSchedule's XGBModel"}[args.with_]
     print(f"wrote {path}: {args.weight:g} of the network blended with "
-          f"{1 - args.weight:g} of LightGBM")
+          f"{1 - args.weight:g} of {name}")
+    if args.with_ == "xgb" and os.path.isfile(lgb := blend.beside(args.checkpoint)):
+        print(f"note: {lgb} is beside the checkpoint and blends in its place; delete it to "
+              "blend with XGBModel")
     return 0
 
 
@@ -116,6 +125,7 @@ def costmodel_main(argv: list[str] | None = None) -> int:
     """`costmodel`: evaluate, convert and blend checkpoints."""
     from costmodel.blend import DEFAULT_WEIGHT
     from training.baselines import BASELINES
+    from training.companion import COMPANIONS
     from training.data import SPLITS
 
     parser = argparse.ArgumentParser(prog="costmodel", description=__doc__,
@@ -143,21 +153,25 @@ def costmodel_main(argv: list[str] | None = None) -> int:
                    help="read and add featurised records here (training's is .cache/features): "
                    "what is cached is not lowered again (default: no cache)")
     p.add_argument("--no-blend", action="store_true",
-                   help="score the network alone where a LightGBM companion (NAME.lgb.npz, "
-                   "`costmodel blend`) is beside the checkpoint")
+                   help="score the network alone where a tree companion (NAME.lgb.npz, or "
+                   "NAME.xgb.npz with a blend weight: `costmodel blend`) is beside the checkpoint")
     p.set_defaults(func=_evaluate)
     p = sub.add_parser("convert", help="rewrite an older-format checkpoint in the current format")
     p.add_argument("source")
     p.add_argument("destination")
     p.set_defaults(func=_convert)
-    p = sub.add_parser("blend", help="fit TenSet's LightGBM on a checkpoint's training records "
+    p = sub.add_parser("blend", help="fit a tree model on a checkpoint's training records "
                        "and write it beside the checkpoint, to blend with")
     p.add_argument("checkpoint")
+    p.add_argument("--with", dest="with_", choices=COMPANIONS, default="lightgbm",
+                   help="TenSet's LightGBM (NAME.lgb.npz) or the pretrained XGBModel "
+                   "(NAME.xgb.npz, kept if there, given the weight) [lightgbm]")
     p.add_argument("--dataset", help="the records it was trained on (default: the folder the "
                    "checkpoint names)")
     p.add_argument("--weight", type=float, default=DEFAULT_WEIGHT,
                    help=f"the network's share of the blend, in [0, 1] (default {DEFAULT_WEIGHT})")
-    p.add_argument("--out", help="default: NAME.lgb.npz beside NAME.ckpt, where it is used")
+    p.add_argument("--out", help="default: NAME.lgb.npz (NAME.xgb.npz) beside NAME.ckpt, "
+                   "where it is used")
     p.add_argument("--cache-dir", metavar="DIR",
                    help="read and add per-store features here (training's is .cache/features)")
     p.set_defaults(func=_blend)

@@ -132,7 +132,9 @@ def _markdown(report: dict) -> str:
         lines.append(f"| {name} ({report['models'][name]['runs']} run(s)) | "
                      + " | ".join(cells) + " |")
     for blended in filter(None, report["models"][GRAPHSAGE].get("blended_with", [])):
-        lines += ["", f"{GRAPHSAGE} blends the network with TenSet's LightGBM fitted on the "
+        trees = {"lightgbm": "TenSet's LightGBM", "xgb": "MetaSchedule's XGBModel"}[
+            blended.get("with", "lightgbm")]
+        lines += ["", f"{GRAPHSAGE} blends the network with {trees} fitted on the "
                   f"same training records (`{blended['file']}`, {blended['weight']:g} of the "
                   "network), standardised within each workload: it predicts what `tune` uses."]
         break
@@ -218,7 +220,7 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
     baselines (`baselines`: names in `BASELINES`, default all; none if not `baseline`);
     write the report. With `cache_dir` (a `Featurizer` cache, as training fills), records
     featurised before are read from it rather than lowered again, and new ones are added.
-    A checkpoint with a LightGBM companion beside it is scored as the blend it predicts,
+    A checkpoint with a tree companion beside it is scored as the blend it predicts,
     unless not `blend`. The cross-suite split scores every workload of `dataset` that the
     checkpoint neither trained nor validated on, and the baselines train on its training
     workloads' records in `train_dataset` (default: the checkpoint's dataset): say the network
@@ -309,6 +311,7 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
                          "mean": mean, "std": std, "per_run": runs,
                          "checkpoints": [os.path.basename(c) for c in checkpoints],
                          "blended_with": [{"file": os.path.basename(p.companion.path),
+                                           "with": p.companion.name,
                                            "weight": p.companion.weight} if p.companion else None
                                           for p in predictors]}
     target = make_target(json.loads(meta["target"]))

@@ -9,7 +9,7 @@ measure; the results refit the surrogate. Two surrogates:
   process over the network's graph embeddings, fitted on this run's measurements, models the
   residual and its uncertainty. Before any measurement the ranking is the model's.
 - "prior-mix": as prior-gp, but the prior mixes every model shipped for the target (the
-  network, its LightGBM companion, the XGBModel pretrained on the same records), each
+  network, its tree companion, the XGBModel pretrained on the same records), each
   standardised and weighted by how well it ranks this run's own measurements so far (its
   Kendall tau, none for a model that ranks them no better than chance): a model that is wrong
   about this workload loses its say, and with every weight at zero the search leans on the GP
@@ -116,8 +116,9 @@ class PriorMix(PriorGP):
     """A prior mixed from several models, reweighted online, plus PriorGP's GP residual.
 
     Each candidate's prior is a vector: the network's log-latency, and, where the predictor
-    has a LightGBM companion, its negated throughput, and, with an `xgb` model, MetaSchedule's
-    XGBModel's negated score (each ordered like latency). Each part is standardised over every
+    has a tree companion, its negated throughput, and, with an `xgb` model, MetaSchedule's
+    XGBModel's negated score (each ordered like latency; the companion's, when the companion is
+    that XGBModel). Each part is standardised over every
     candidate scored in the run; the mixture is the parts' weighted sum, its weights each part's
     Kendall tau against the measured log-latencies (floored at 0, normalised), equal before
     `MIX_MIN_MEASURED` measurements. It is mapped onto log-latency by least squares on the
@@ -133,9 +134,11 @@ class PriorMix(PriorGP):
 
     def __init__(self, predictor, seed: int, xgb=None, context=None):
         super().__init__(predictor, seed)
-        self.xgb, self.context = xgb, context
-        self.names = ["network"] + (["lightgbm"] if predictor.companion is not None else []) \
-            + (["xgb"] if xgb is not None else [])
+        companion = predictor.companion.name if predictor.companion is not None else None
+        self.xgb = xgb if companion != "xgb" else None  # the companion scores it, faster
+        self.context = context
+        self.names = ["network"] + ([companion] if companion else []) \
+            + (["xgb"] if self.xgb is not None else [])
         self.seen_parts: list[np.ndarray] = []  # every candidate's parts, for the scales
         self.weights = np.full(len(self.names), 1.0 / len(self.names))
         self.scale = (0.0, 1.0)  # log-latency = a + b * mixture

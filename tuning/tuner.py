@@ -4,7 +4,7 @@ Every tuner in `TUNERS` runs inside MetaSchedule's own `tune_tir` / `tune_relax`
 builder, runner and JSON database, so they differ only in how they pick what to measure:
 
 - "bo": `BayesOptSearch` with the learned model as prior (GP residual, EI);
-- "bo-mix": `BayesOptSearch` whose prior mixes the network, its LightGBM companion and the
+- "bo-mix": `BayesOptSearch` whose prior mixes the network, its tree companion and the
   pretrained XGBModel, each weighted by how well it ranks the run's own measurements;
 - "ms-default": MetaSchedule's default, EvolutionarySearch with its XGBModel, which answers
   with random scores until it has 100 measurements;
@@ -80,7 +80,7 @@ class SearchInputs:
     seed: int = 0
     acquisition: str = "ei"
     adapt_steps: int | None = None
-    pretrained_xgb: str | None = None  # a `tuning.pretrained_xgb` file
+    pretrained_xgb: str | None = None  # a `training.pretrained_xgb` file
     threads: int | None = None  # threads of a workload's search and its models (None:
     # MetaSchedule's default, the host's physical cores, which a network's search always uses)
 

@@ -100,3 +100,70 @@ def test_a_companion_of_other_records_or_no_companion_at_all_is_refused(booster,
 def test_the_companion_lives_beside_its_checkpoint():
     assert blend.beside("checkpoints/graphsage-h100.ckpt") == \
         "checkpoints/graphsage-h100.lgb.npz"
+
+
+def _xgb_file(path, booster, fingerprint, programs=3):
+    """A pretrained-XGBModel file as `training.baselines.save_xgb` lays it out (the entries
+    the companion reads)."""
+    from costmodel import companions
+
+    np.savez_compressed(path, fingerprint=np.array(fingerprint),
+                        rows=np.ones(programs, dtype=np.int64),
+                        booster_json=companions.pack(bytes(booster.save_raw("json"))))
+
+
+@pytest.fixture(scope="module")
+def xgb_booster():
+    import xgboost as xgb
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 5))
+    return xgb.train({"seed": 0, "nthread": 1}, xgb.DMatrix(x, label=x[:, 0]),
+                     num_boost_round=5)
+
+
+def test_a_pretrained_xgbmodel_blends_once_it_holds_a_weight(xgb_booster, booster, tmp_path):
+    import xgboost as xgb
+
+    path = str(tmp_path / "m.xgb.npz")
+    _xgb_file(path, xgb_booster, blend.xgb_fingerprint(META))
+    assert blend.XGBCompanion.load(path, META, "m.ckpt") is None  # ms-xgb-pretrained's only
+    assert blend.load_companion(str(tmp_path / "m.ckpt"), META) is None
+    blend.set_xgb_weight(path, 0.3)
+    with np.load(path, allow_pickle=False) as f:  # the other entries are kept as they were
+        assert sorted(f.files) == ["blend_weight", "booster_json", "fingerprint", "rows"]
+    back = blend.load_companion(str(tmp_path / "m.ckpt"), META)
+    assert isinstance(back, blend.XGBCompanion) and back.name == "xgb"
+    assert back.weight == 0.3 and back.path == path and back.fits(META)
+    assert not back.fits({**META, "sides": {"train": ["dense/a"]}})
+    assert sorted(os.listdir(tmp_path)) == ["m.xgb.npz"]  # no temporary file left
+    # XGBModel's score of a program: the sum of its stores' margins
+    rows = [np.random.default_rng(1).normal(size=(n, 5)).astype(np.float32) for n in (3, 0, 1)]
+    margin = [xgb_booster.predict(xgb.DMatrix(r), output_margin=True).sum() for r in rows[::2]]
+    np.testing.assert_allclose(back.throughput(rows), [margin[0], 0.0, margin[1]], rtol=1e-6)
+    # a LightGBM companion beside the same checkpoint is the one that blends
+    lgb_path = blend.beside(str(tmp_path / "m.ckpt"))
+    blend.LightGBMCompanion(booster, 0.5, {"fingerprint": blend.fingerprint(META)}).save(lgb_path)
+    assert isinstance(blend.load_companion(str(tmp_path / "m.ckpt"), META),
+                      blend.LightGBMCompanion)
+
+
+def test_a_pretrained_xgbmodel_of_other_records_or_weight_is_refused(xgb_booster, tmp_path):
+    path = str(tmp_path / "m.xgb.npz")
+    _xgb_file(path, xgb_booster, "0" * 40)
+    blend.set_xgb_weight(path, 0.5)
+    with pytest.raises(UserError, match="fitted on other records.*costmodel blend m.ckpt "
+                       "--with xgb"):
+        blend.XGBCompanion.load(path, META, "m.ckpt")
+    with pytest.raises(UserError, match=r"outside \[0, 1\]"):
+        blend.set_xgb_weight(path, 1.5)
+    _xgb_file(path, xgb_booster, blend.xgb_fingerprint(META))
+    with np.load(path, allow_pickle=False) as f:
+        arrays = {k: f[k] for k in f.files}
+    np.savez(path, **arrays, blend_weight=np.float64(-0.1))
+    with pytest.raises(UserError, match=r"blend weight -0.1, outside \[0, 1\]"):
+        blend.XGBCompanion.load(path, META, "m.ckpt")
+    np.savez(path, fingerprint=np.array(blend.xgb_fingerprint(META)), rows=np.ones(1),
+             booster_json=np.frombuffer(b"{}", np.uint8), blend_weight=np.float64(0.5))
+    with pytest.raises(UserError, match="is not a pretrained XGBModel.*not a packed"):
+        blend.XGBCompanion.load(path, META, "m.ckpt")

@@ -59,7 +59,7 @@ def test_a_blended_checkpoint_predicts_the_blend_and_evaluates_as_it(own_checkpo
             "--no-baseline", prog="costmodel", check=True)
     report = json.loads((out / "report.json").read_text())
     assert report["models"]["graphsage"]["blended_with"] == \
-        [{"file": "model.lgb.npz", "weight": 0.4}]
+        [{"file": "model.lgb.npz", "with": "lightgbm", "weight": 0.4}]
     assert "blends the network with TenSet's LightGBM" in (out / "report.md").read_text()
     run_cli("evaluate", own_checkpoint, "--dataset", tiny_dataset, "--out", str(out),
             "--no-baseline", "--no-blend", prog="costmodel", check=True)
@@ -71,6 +71,49 @@ def test_a_blended_checkpoint_predicts_the_blend_and_evaluates_as_it(own_checkpo
                    "--out", str(tmp_path / "tune"), "--checkpoint", own_checkpoint,
                    "--no-progress", prog="tune", check=True)
     assert "8 trials, best" in proc.stdout
+
+
+def test_a_checkpoint_blends_with_its_pretrained_xgbmodel_as_xgbmodel_predicts(
+        own_checkpoint, tiny_dataset, tmp_path):
+    from costmodel import blend
+    from costmodel.predictor import CostModelPredictor
+    from datagen.records import read_records
+    from datagen.tvm_env import make_target
+    from training import pretrained_xgb
+    from training.baselines import load_xgb, predict_xgb
+    from training.data import usable
+    from tuning.search import PriorMix
+
+    proc = run_cli("blend", own_checkpoint, "--with", "xgb", "--weight", "0.3",
+                   prog="costmodel", check=True)
+    path = pretrained_xgb.beside(own_checkpoint)
+    assert f"wrote {path}: 0.3 of the network blended with 0.7 of MetaSchedule's XGBModel" \
+        in proc.stdout
+    blended = CostModelPredictor.load(own_checkpoint)
+    alone = CostModelPredictor.load(own_checkpoint, blend=False)
+    assert blended.companion.name == "xgb" and blended.companion.weight == 0.3
+    # the file is still ms-xgb-pretrained's model, found beside the checkpoint
+    assert pretrained_xgb.pretrained_xgb_file(own_checkpoint, alone.meta,
+                                              str(tmp_path / "cache")) == path
+
+    # the companion's scores are XGBModel's own (its features extracted by MetaSchedule)
+    frame, _ = usable(read_records(tiny_dataset))
+    target = make_target(json.loads(alone.meta["target"]))
+    scores = predict_xgb(load_xgb(path), frame, target).to_numpy()
+    expected = blend.blend(np.log(alone.predict_records(frame)), scores,
+                           frame.workload_key.to_numpy(), 0.3)
+    np.testing.assert_allclose(np.log(blended.predict_records(frame)), expected, atol=1e-5)
+    # bo-mix reads XGBModel once, from the companion, beside the network
+    assert PriorMix(blended, 0, xgb=load_xgb(path)).names == ["network", "xgb"]
+
+    # a weight again: the model is kept, the weight replaced
+    with np.load(path, allow_pickle=False) as f:
+        fitted = f["booster_json"].tobytes()
+    run_cli("blend", own_checkpoint, "--with", "xgb", "--weight", "0.6", prog="costmodel",
+            check=True)
+    assert CostModelPredictor.load(own_checkpoint).companion.weight == 0.6
+    with np.load(path, allow_pickle=False) as f:
+        assert f["booster_json"].tobytes() == fitted
 
 
 def test_blend_bad_input_is_one_line(own_checkpoint, tiny_checkpoint, tiny_dataset, tmp_path):

@@ -7,7 +7,9 @@ checkpoints carry theirs), in the cache folder, or fitted on the checkpoint's tr
 workloads from its dataset and written to the cache folder. Each file names what it was fitted
 on (the training workloads, the target, the TVM version), so a file for other records is never
 used. Files hold arrays only (`costmodel.companions`) and load without unpickling
-(`training.baselines.load_xgb`).
+(`training.baselines.load_xgb`). A file beside its checkpoint that also holds a blend weight
+(`costmodel blend CHECKPOINT --with xgb`) makes the checkpoint predict the blend of the network
+and this model (`costmodel.blend.XGBCompanion`).
 """
 
 from __future__ import annotations
@@ -15,16 +17,12 @@ from __future__ import annotations
 import json
 import os
 
-from costmodel import companions
+from costmodel import blend, companions
 
 SUFFIX = companions.XGB_SUFFIX
 
 
-def fingerprint(meta: dict) -> str:
-    """What a pretrained XGBModel for a checkpoint with this description is fitted on."""
-    import tvm
-
-    return companions.fingerprint(meta, tvm=tvm.__version__)
+fingerprint = blend.xgb_fingerprint  # what a checkpoint's pretrained XGBModel is fitted on
 
 
 def beside(checkpoint_path: str) -> str:
@@ -45,18 +43,29 @@ def pretrained_xgb_file(checkpoint_path: str, meta: dict, cache_dir: str,
     Raises:
         UserError: no file fits and the training records cannot be found.
     """
-    from training.baselines import fit_xgb, load_xgb, save_xgb
-    from training.data import training_records
+    from training.baselines import load_xgb
 
     fp = fingerprint(meta)
     cached = os.path.join(cache_dir, f"xgb-pretrained-{fp[:16]}{SUFFIX}")
     for path in (beside(checkpoint_path), cached):
         if load_xgb(path, fp) is not None:
             return path
-    frame = training_records(checkpoint_path, meta, dataset, "the ms-xgb-pretrained baseline")
-    from datagen.tvm_env import make_target
-
-    model = fit_xgb(frame, make_target(json.loads(meta["target"])), progress=progress)
-    os.makedirs(cache_dir, exist_ok=True)
-    save_xgb(model, cached, fp)
+    write_pretrained_xgb(checkpoint_path, meta, cached, dataset, progress)
     return cached
+
+
+def write_pretrained_xgb(checkpoint_path: str, meta: dict, path: str,
+                         dataset: str | None = None, progress: bool = True) -> None:
+    """Fit MetaSchedule's XGBModel on the checkpoint's training records and write it to `path`.
+
+    Raises:
+        UserError: the training records cannot be found.
+    """
+    from datagen.tvm_env import make_target
+    from training.baselines import fit_xgb, save_xgb
+    from training.data import training_records
+
+    frame = training_records(checkpoint_path, meta, dataset, "the ms-xgb-pretrained baseline")
+    model = fit_xgb(frame, make_target(json.loads(meta["target"])), progress=progress)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    save_xgb(model, path, fingerprint(meta))
