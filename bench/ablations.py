@@ -41,7 +41,8 @@ table shows both.
 latency from one repeat, drawn at random, ranked by another: tau and top-1 of a perfect model of
 the measurements), how much of the top-1 score its heaviest tasks carry (a ratio of weighted
 sums: long tasks dominate), how well each variant's first seed fits records it trained on
-(a seeded sample of training workloads) against the validation and held-out ones: underfitting
+(a seeded sample of training workloads) against the validation and held-out ones, and how well
+each tree baseline fits the same training workloads: underfitting
 or not, and on each side the tasks whose predicted-fastest schedule costs top-1 the most.
 
 Writes summary.json (every run with its per-network metrics, per variant the mean and standard
@@ -265,13 +266,14 @@ def spread(rows: list[dict]) -> dict:
 
 
 def baseline_scores(args, held: HeldOut, name: str, side: str = "test") -> np.ndarray:
-    """A tree baseline's predictions of one side's records ("test" or "val"; lower is faster),
-    trained once on the base split's training records and kept in
-    --out/baselines/NAME-scores.npz (the test side) or NAME-val-scores.npz (arrays only)."""
+    """A tree baseline's predictions of one side's records ("test", "val", or "fit": the
+    `fit_sample` of the records it trained on; lower is faster), trained once on the base
+    split's training records and kept in --out/baselines/NAME-scores.npz (the test side) or
+    NAME-SIDE-scores.npz (arrays only)."""
     from datagen.tvm_env import make_target
     from training.baselines import BASELINES
 
-    frame = getattr(held, side)
+    frame = fit_sample(held) if side == "fit" else getattr(held, side)
     path = os.path.join(args.out, "baselines",
                         f"{name}-scores.npz" if side == "test" else f"{name}-{side}-scores.npz")
     records = "\n".join(frame.workload_key + "/" + frame.trace_hash)
@@ -361,16 +363,20 @@ def worst_picks(frame: pd.DataFrame, predicted: np.ndarray, n: int = WORST_PICKS
     return sorted(rows, key=lambda r: -r["cost"])[:n]
 
 
-def fit(held: HeldOut, checkpoint_path: str, seed: int = 0) -> dict:
-    """Overall metrics of one checkpoint on a seeded sample of `FIT_WORKLOADS` of its training
-    workloads (records it trained on), on the validation ones (it only chose its epoch there)
-    and on the held-out ones, each side with its `worst_picks`."""
-    from training.evaluate import grouped_metrics
-
+def fit_sample(held: HeldOut, seed: int = 0) -> pd.DataFrame:
+    """The records of a seeded sample of `FIT_WORKLOADS` training workloads."""
     keys = sorted(held.train.workload_key.unique())
     keys = np.random.default_rng(seed).choice(keys, min(FIT_WORKLOADS, len(keys)), replace=False)
-    sides = {"train": held.train[held.train.workload_key.isin(keys)].reset_index(drop=True),
-             "val": held.val, "test": held.test}
+    return held.train[held.train.workload_key.isin(keys)].reset_index(drop=True)
+
+
+def fit(held: HeldOut, checkpoint_path: str, seed: int = 0) -> dict:
+    """Overall metrics of one checkpoint on `fit_sample`'s training workloads (records it
+    trained on), on the validation ones (it only chose its epoch there) and on the held-out
+    ones, each side with its `worst_picks`."""
+    from training.evaluate import grouped_metrics
+
+    sides = {"train": fit_sample(held, seed), "val": held.val, "test": held.test}
     predictor = held.predictor([checkpoint_path])
     out = {}
     for side, frame in sides.items():
@@ -383,7 +389,10 @@ def fit(held: HeldOut, checkpoint_path: str, seed: int = 0) -> dict:
 
 
 def diagnose(args, held: HeldOut, variants: dict) -> dict:
-    """`--diagnose`: the labels' ceiling, top-1's weight, each variant's fit (first seed)."""
+    """`--diagnose`: the labels' ceiling, top-1's weight, each variant's fit (first seed) and
+    each baseline's on the same training workloads."""
+    from training.evaluate import grouped_metrics
+
     out = {"label_ceiling": label_ceiling(held.test), "top1_weight": top1_weight(held.test),
            "fit": {}}
     print(f"  held-out labels, one repeat against another: tau "
@@ -391,6 +400,12 @@ def diagnose(args, held: HeldOut, variants: dict) -> dict:
           f"{out['label_ceiling']['top1_score']:.3f}; the heaviest 10 of "
           f"{out['top1_weight']['tasks']} tasks carry {out['top1_weight']['heaviest_10_share']:.0%}"
           f" of top-1, {out['top1_weight']['tasks_holding_half']} hold half", flush=True)
+    for name in args.baselines:  # do the trees fit the records they trained on better?
+        sample = fit_sample(held)
+        found = out["fit"][name] = {"train": {"records": len(sample), **grouped_metrics(
+            sample, baseline_scores(args, held, name, side="fit"), latency=False)["overall"]}}
+        print(f"  {name} fits train tau {found['train']['kendall_tau']:.3f}, top-1 "
+              f"{found['train']['top1_score']:.3f}", flush=True)
     for variant, row in variants.items():
         found = out["fit"][variant] = fit(held, os.path.join(args.out, row["first_checkpoint"]))
         print(f"  {variant} seed {args.seeds[0]} fits " + "; ".join(

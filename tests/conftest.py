@@ -1,4 +1,4 @@
-"""Shared helpers: run the real CLI in a subprocess, and a loopback RPC tracker with a server."""
+"""Shared helpers: run the real CLI and benchmark scripts, and a loopback RPC tracker with a server."""
 
 from __future__ import annotations
 
@@ -50,21 +50,57 @@ def run_cli(*args: str, cwd=None, check: bool = False, prog: str = "datagen",
 
 def _run_here(module: str, func: str, prog: str, args: list[str]) -> subprocess.CompletedProcess:
     import importlib
+
+    entry = getattr(importlib.import_module(module), func)
+    return _captured([prog, *args], lambda: entry(args) or 0)
+
+
+BENCH_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+
+
+def run_bench(script: str, *args: str, cwd=None, isolated: bool = False,
+              timeout: float = CLI_TIMEOUT_SEC) -> subprocess.CompletedProcess:
+    """Run `python bench/SCRIPT ARGS...` (in `cwd`), returning the finished process.
+
+    The script runs in this process as `__main__` (its sibling scripts importable, its output
+    captured, its exit status returned), which spares a second import of TVM and torch; in a
+    process of its own with `isolated`, for what starts workers, tunes or measures.
+    """
+    import runpy
+
+    path = os.path.join(BENCH_DIR, script)
+    if isolated:
+        return subprocess.run([sys.executable, path, *args], cwd=cwd, capture_output=True,
+                              text=True, timeout=timeout)
+    argv, search, here = sys.argv, list(sys.path), os.getcwd()
+    sys.argv, sys.path[:0] = [path, *args], [BENCH_DIR]
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        return _captured([script, *args], lambda: runpy.run_path(path, run_name="__main__"))
+    finally:
+        sys.argv, sys.path[:] = argv, search
+        os.chdir(here)
+
+
+def _captured(argv: list[str], entry) -> subprocess.CompletedProcess:
+    """`entry()` with its output captured and its exit status, as a process would end."""
     import io
     import traceback
 
-    entry = getattr(importlib.import_module(module), func)
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            status = entry(args)
-        except SystemExit as stop:  # argparse's usage errors, --help
-            status = stop.code if isinstance(stop.code, int) else (stop.code is not None)
+            status = entry()
+        except SystemExit as stop:  # argparse's usage errors, --help, sys.exit(main())
+            status = stop.code if isinstance(stop.code, int) or stop.code is None else 1
+            if not isinstance(stop.code, int) and stop.code is not None:
+                print(stop.code, file=err)  # as Python prints SystemExit("message")
         except Exception:  # noqa: BLE001  (what the script would print before exiting 1)
             traceback.print_exc(file=err)
             status = 1
-    return subprocess.CompletedProcess([prog, *args], int(status or 0), out.getvalue(),
-                                       err.getvalue())
+    status = int(status) if isinstance(status, int) else 0  # run_path returns the globals
+    return subprocess.CompletedProcess(argv, status, out.getvalue(), err.getvalue())
 
 
 def assert_clean_error(proc: subprocess.CompletedProcess, match: str,

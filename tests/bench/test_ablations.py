@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import CLI_TIMEOUT_SEC, CONFIG, assert_clean_error
+from conftest import CLI_TIMEOUT_SEC, CONFIG, assert_clean_error, run_bench
 
 BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "ablations.py")
 
@@ -80,7 +80,9 @@ def test_the_ablation_bench_scores_variants_ensembles_and_a_baseline_and_resumes
     # a third run reads everything back and diagnoses: labels' ceiling, top-1's weight, fit
     third = subprocess.run(hybrid_args + ["--diagnose"], capture_output=True, text=True,
                            timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
-    assert third.returncode == 0 and "baseline xgb" not in third.stdout, third.stderr[-3000:]
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert "baseline xgb on the test" not in third.stdout  # only the fit sample is new
+    assert "baseline xgb on the fit records" in third.stdout
     diagnosis = json.loads((out / "summary.json").read_text())["diagnosis"]
     assert -1 <= diagnosis["label_ceiling"]["kendall_tau"] <= 1
     assert diagnosis["top1_weight"]["tasks"] == 1
@@ -92,6 +94,9 @@ def test_the_ablation_bench_scores_variants_ensembles_and_a_baseline_and_resumes
         assert fitted["test"]["worst_picks"][0]["picked_us"] >= fitted["test"]["worst_picks"][0][
             "best_us"]
         assert f"{variant} seed 0 fits train tau" in third.stdout
+    tree = diagnosis["fit"]["xgb"]["train"]  # the trees, on the same training workloads
+    assert tree["records"] == diagnosis["fit"]["base"]["train"]["records"]
+    assert -1 <= tree["kendall_tau"] <= 1 and "xgb fits train tau" in third.stdout
     assert "test, its costliest top-1 picks: " in third.stdout
     assert "held-out labels, one repeat against another" in third.stdout
 
@@ -110,17 +115,15 @@ def _ablations():
     (["--hybrid-weight", "val"], "--hybrid-weight blends with a baseline: name it with --hybrid"),
 ])
 def test_a_bad_hybrid_weight_is_one_line(tmp_path, extra, message):
-    proc = subprocess.run([sys.executable, BENCH, "--config", CONFIG, "--out",
-                           str(tmp_path / "x")] + extra, capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    proc = run_bench("ablations.py", "--config", CONFIG, "--out", str(tmp_path / "x"), *extra,
+                     cwd=tmp_path)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and not (tmp_path / "x").exists()
 
 
 def test_an_unknown_variant_is_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, BENCH, "--config", CONFIG, "--variants", "bigger",
-                           "--out", str(tmp_path / "x")], capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    proc = run_bench("ablations.py", "--config", CONFIG, "--variants", "bigger", "--out",
+                     str(tmp_path / "x"), cwd=tmp_path)
     assert_clean_error(proc, "unknown variant 'bigger'", prog="ablations")
     assert not (tmp_path / "x").exists()
 

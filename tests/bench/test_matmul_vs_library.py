@@ -2,28 +2,24 @@
 torch.matmul on the same device (here the CPU)."""
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
-from conftest import CLI_TIMEOUT_SEC, GPU_HERE, assert_clean_error
+from conftest import GPU_HERE, assert_clean_error, run_bench
 
-BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "matmul_vs_library.py")
 PROG = "matmul_vs_library"
 
 
-def run_bench(*args: str, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, BENCH, *args], capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT_SEC, cwd=cwd)
+def run(*args: str, cwd, isolated: bool = False) -> subprocess.CompletedProcess:
+    return run_bench("matmul_vs_library.py", *args, cwd=cwd, isolated=isolated)
 
 
 @pytest.mark.slow
 def test_a_tuned_matmul_is_checked_and_timed_beside_the_library(tmp_path):
     out = tmp_path / "matmul"
-    proc = run_bench("--size", "64", "--tuner", "random", "--trials", "8", "--rounds", "3",
-                     "--threads", "1", "--out", str(out), cwd=tmp_path)
+    proc = run("--size", "64", "--tuner", "random", "--trials", "8", "--rounds", "3",
+               "--threads", "1", "--out", str(out), cwd=tmp_path, isolated=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "result.json").read_text())
     assert result["size"] == 64 and result["trials"] == 8 and result["threads"] == 1
@@ -40,15 +36,15 @@ def test_a_tuned_matmul_is_checked_and_timed_beside_the_library(tmp_path):
 
 
 def test_bad_input_is_one_line_before_any_tuning(tmp_path):
-    assert_clean_error(run_bench("--size", "8", "--out", str(tmp_path / "a"), cwd=tmp_path),
+    assert_clean_error(run("--size", "8", "--out", str(tmp_path / "a"), cwd=tmp_path),
                        "--size must be at least 16", prog=PROG)
-    assert_clean_error(run_bench("--tuner", "nope", "--out", str(tmp_path / "b"), cwd=tmp_path),
+    assert_clean_error(run("--tuner", "nope", "--out", str(tmp_path / "b"), cwd=tmp_path),
                        "unknown tuner", prog=PROG)
     if not GPU_HERE:  # where a GPU is, this is the benchmark itself
-        assert_clean_error(run_bench("--target", "nvidia/nvidia-h100", "--out",
+        assert_clean_error(run("--target", "nvidia/nvidia-h100", "--out",
                                      str(tmp_path / "c"), cwd=tmp_path),
                            "this torch sees no GPU", prog=PROG)
     (tmp_path / "d").write_text("x")  # result.json would come after tuning and measuring
-    assert_clean_error(run_bench("--out", str(tmp_path / "d" / "sub"), cwd=tmp_path),
+    assert_clean_error(run("--out", str(tmp_path / "d" / "sub"), cwd=tmp_path),
                        "is a file, not a folder", prog=PROG)
     assert not any((tmp_path / d).exists() for d in "abc")

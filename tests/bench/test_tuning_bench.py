@@ -1,14 +1,10 @@
 """The tuning benchmark's GPU part refuses what cannot run, with one line, before tuning."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 
-from conftest import needs_no_gpu
-
-BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "tuning_vs_metaschedule.py")
+from conftest import needs_no_gpu, run_bench
 
 
 @pytest.mark.parametrize("args, message", [
@@ -19,8 +15,7 @@ BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "tuning_vs_
     (["--jobs", "2"], "--jobs above 1 needs a GPU --target"),
 ])
 def test_gpu_part_without_a_gpu_is_one_line(tmp_path, args, message):
-    proc = subprocess.run([sys.executable, BENCH, *args, "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_bench("tuning_vs_metaschedule.py", *args, "--out", str(tmp_path))
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], proc.stderr
@@ -30,9 +25,7 @@ def test_gpu_part_without_a_gpu_is_one_line(tmp_path, args, message):
 @pytest.mark.parametrize("script", ["tuning_vs_metaschedule.py", "collect_vs_tune_tir.py"])
 def test_an_out_that_is_a_file_is_one_line_before_any_work(tmp_path, script):
     (tmp_path / "a-file").write_text("x")
-    proc = subprocess.run([sys.executable, os.path.join(os.path.dirname(BENCH), script),
-                           "--out", str(tmp_path / "a-file" / "sub")],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_bench(script, "--out", str(tmp_path / "a-file" / "sub"))
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode != 0 and len(lines) == 1, proc.stderr
     assert "a-file is a file, not a folder" in lines[0]
@@ -46,13 +39,13 @@ def test_gpu_part_report_needs_no_gpu(tmp_path):
     import shutil
 
     pairs = os.path.join(os.path.dirname(__file__), "data")
-    args = [sys.executable, BENCH, "--parts", "gpu", "--target", "nvidia/nvidia-h100",
-            "--seeds", "0", "--trials", "64", "--tuners", "bo", "ms-xgb-pretrained",
-            "ms-default", "--report", "--out", str(tmp_path)]
-    empty = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    args = ["--parts", "gpu", "--target", "nvidia/nvidia-h100", "--seeds", "0", "--trials",
+            "64", "--tuners", "bo", "ms-xgb-pretrained", "ms-default", "--report", "--out",
+            str(tmp_path)]
+    empty = run_bench("tuning_vs_metaschedule.py", *args)
     assert empty.returncode != 0 and "no finished (workload, seed) pair" in empty.stderr
     shutil.copytree(pairs, tmp_path / "tuning-gpu" / "pairs")
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    proc = run_bench("tuning_vs_metaschedule.py", *args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "dense/m197_n2304_k768" in proc.stdout and "bo@64 / ms-xgb-pretrained@64" in proc.stdout
     assert "(made with graphsage-h100.ckpt (" in proc.stdout
@@ -61,10 +54,8 @@ def test_gpu_part_report_needs_no_gpu(tmp_path):
 
 @pytest.mark.slow
 def test_search_time_times_each_tuners_rounds_on_one_and_two_threads():
-    bench = os.path.join(os.path.dirname(BENCH), "search_time.py")
-    proc = subprocess.run([sys.executable, bench, "dense/m32_n32_k32", "--target", "llvm",
-                           "--tuners", "bo", "ms-default", "--rounds", "2"],
-                          capture_output=True, text=True, timeout=900)
+    proc = run_bench("search_time.py", "dense/m32_n32_k32", "--target", "llvm", "--tuners",
+                     "bo", "ms-default", "--rounds", "2", isolated=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rounds = [line for line in proc.stdout.splitlines() if "round" in line and "wall" in line]
     assert len(rounds) == 8  # 2 tuners x 2 thread counts x 2 rounds
@@ -74,8 +65,6 @@ def test_search_time_times_each_tuners_rounds_on_one_and_two_threads():
 
 
 def test_search_time_refuses_an_unknown_tuner_in_one_line():
-    bench = os.path.join(os.path.dirname(BENCH), "search_time.py")
-    proc = subprocess.run([sys.executable, bench, "--tuners", "nope"], capture_output=True,
-                          text=True, timeout=300)
+    proc = run_bench("search_time.py", "--tuners", "nope")
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode != 0 and len(lines) == 1 and "unknown tuner 'nope'" in lines[0]

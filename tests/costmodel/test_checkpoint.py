@@ -290,6 +290,7 @@ def test_a_checkpoint_rebuilds_its_readout(tmp_path, graphs, target):
         .model.architecture
 
 
+@pytest.mark.slow  # featurises real GPU records: the full run
 def test_the_shipped_gpu_checkpoint_scores_the_committed_gpu_records_on_a_cpu():
     """The H100 model and its records need no GPU to be read: CUDA schedules lower and
     featurise here, and the model ranks some of them apart."""

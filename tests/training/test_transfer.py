@@ -408,6 +408,7 @@ def _transfer_bench():
     return transfer
 
 
+@pytest.mark.slow  # featurises real GPU records: the full run
 def test_the_source_is_also_scored_as_fine_tuning_starts_from_it(tmp_path):
     """A CPU model's thread bindings and shared memory were constant in its training data:
     standardised with its own statistics they divide by EPS on GPU programs and every
