@@ -265,30 +265,51 @@ def spread(rows: list[dict]) -> dict:
     return out
 
 
+SIDES = ("test", "val", "fit")  # what a baseline scores: held out, validation, `fit_sample`
+
+
 def baseline_scores(args, held: HeldOut, name: str, side: str = "test") -> np.ndarray:
     """A tree baseline's predictions of one side's records ("test", "val", or "fit": the
-    `fit_sample` of the records it trained on; lower is faster), trained once on the base
-    split's training records and kept in --out/baselines/NAME-scores.npz (the test side) or
-    NAME-SIDE-scores.npz (arrays only)."""
+    `fit_sample` of the records it trained on; lower is faster), trained on the base split's
+    training records and kept in --out/baselines/NAME-scores.npz (the test side) or
+    NAME-SIDE-scores.npz (arrays only). One fit scores every side this run reads that is not
+    kept yet (the test side, the validation side with --hybrid-weight val, the fit sample with
+    --diagnose)."""
     from datagen.tvm_env import make_target
     from training.baselines import BASELINES
 
-    frame = fit_sample(held) if side == "fit" else getattr(held, side)
-    path = os.path.join(args.out, "baselines",
-                        f"{name}-scores.npz" if side == "test" else f"{name}-{side}-scores.npz")
-    records = "\n".join(frame.workload_key + "/" + frame.trace_hash)
-    digest = hashlib.sha1(records.encode()).hexdigest()  # the side's records, in order
-    if os.path.isfile(path):
-        with np.load(path, allow_pickle=False) as kept:
-            if str(kept["records"]) == digest and int(kept["train"]) == len(held.train):
-                return kept["scores"]
-    print(f"baseline {name} on the {side} records ...", flush=True)
-    target = make_target(json.loads(frame.target.iloc[0]))
-    scores = -next(iter(BASELINES.get(name)(held.train, frame, target, [0],
+    wanted = [s for s in SIDES if s in ("test", side) or (
+        s == "val" and args.hybrid == name and args.hybrid_weight == "val" and len(held.val))
+              or (s == "fit" and args.diagnose)]
+    frames = {s: fit_sample(held) if s == "fit" else getattr(held, s) for s in wanted}
+
+    def kept_at(s):
+        return os.path.join(args.out, "baselines",
+                            f"{name}-scores.npz" if s == "test" else f"{name}-{s}-scores.npz")
+
+    def digest(frame):  # the side's records, in order
+        return hashlib.sha1("\n".join(frame.workload_key + "/" + frame.trace_hash).encode()
+                            ).hexdigest()
+
+    def kept(s):
+        if os.path.isfile(kept_at(s)):
+            with np.load(kept_at(s), allow_pickle=False) as f:
+                if str(f["records"]) == digest(frames[s]) and int(f["train"]) == len(held.train):
+                    return f["scores"]
+        return None
+
+    if (found := kept(side)) is not None:
+        return found
+    todo = [s for s in wanted if kept(s) is None]
+    print(f"baseline {name} on the {', '.join(todo)} records ...", flush=True)
+    both = pd.concat([frames[s] for s in todo], ignore_index=True)
+    target = make_target(json.loads(both.target.iloc[0]))
+    scores = -next(iter(BASELINES.get(name)(held.train, both, target, [0],
                                             cache_dir=held.cache_dir)))
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    np.savez(path, scores=scores, records=digest, train=len(held.train))
-    return scores
+    os.makedirs(os.path.join(args.out, "baselines"), exist_ok=True)
+    for s, part in zip(todo, np.split(scores, np.cumsum([len(frames[s]) for s in todo])[:-1])):
+        np.savez(kept_at(s), scores=part, records=digest(frames[s]), train=len(held.train))
+    return kept(side)
 
 
 # blend weights of our model tried on the validation workloads (`--hybrid-weight val`)
