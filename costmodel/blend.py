@@ -206,9 +206,11 @@ class XGBCompanion(Companion):
                                     validate_features=False)
 
     @classmethod
-    def load(cls, path: str, meta: dict, checkpoint_path: str) -> "XGBCompanion | None":
+    def load(cls, path: str, meta: dict, checkpoint_path: str,
+             weight: float | None = None) -> "XGBCompanion | None":
         """The blending XGBModel in `path`, or None if the file holds no blend weight (it is
-        then only `ms-xgb-pretrained`'s model).
+        then only `ms-xgb-pretrained`'s model); with `weight`, blending at that weight
+        whatever the file holds (to try weights).
 
         Raises:
             UserError: an unreadable file, or one fitted on records other than the
@@ -219,9 +221,10 @@ class XGBCompanion(Companion):
         hint = f"delete it, or write it again with `costmodel blend {checkpoint_path} --with xgb`"
         try:
             with np.load(path, allow_pickle=False) as f:
-                if XGB_WEIGHT not in f:
+                if weight is None and XGB_WEIGHT not in f:
                     return None
-                weight, model = float(f[XGB_WEIGHT]), companions.unpack(f["booster_json"])
+                weight = float(f[XGB_WEIGHT]) if weight is None else float(weight)
+                model = companions.unpack(f["booster_json"])
                 info = {"fingerprint": str(f["fingerprint"]), "records": int(f["rows"].size)}
             booster = xgb.Booster()
             booster.load_model(bytearray(model))

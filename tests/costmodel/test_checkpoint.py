@@ -204,6 +204,10 @@ def test_the_shipped_checkpoints_are_current_and_installed():
     assert os.path.basename(checkpoints.path()) == "graphsage-v2.ckpt"
     assert default.meta["split"] == "all" and not default.meta["sides"]["test"]
     assert os.path.isfile(checkpoints.path().replace(".ckpt", ".xgb.npz"))
+    # and predicts its blend with that pretrained XGBModel (a weight strictly between the two)
+    cpu = CostModelPredictor.load(checkpoints.path())
+    assert cpu.companion.name == "xgb" and 0 < cpu.companion.weight < 1
+    assert cpu.companion.fits(default.meta)
     # the evaluation checkpoints are not shipped
     with pytest.raises(UserError, match="missing from this installation"):
         checkpoints.path("graphsage-v2-networks.ckpt")

@@ -31,9 +31,10 @@ def workloads():
     return out
 
 
-def mix(companion: bool, xgb: bool = False) -> PriorMix:
-    # the mixture itself needs no network: only whether the predictor has a companion
-    predictor = types.SimpleNamespace(companion=object() if companion else None)
+def mix(companion: bool, xgb: bool = False, kind: str = "lightgbm") -> PriorMix:
+    # the mixture itself needs no network: only whether the predictor has a companion, and which
+    predictor = types.SimpleNamespace(
+        companion=types.SimpleNamespace(name=kind) if companion else None)
     return PriorMix(predictor, seed=0, xgb=object() if xgb else None)
 
 
@@ -104,3 +105,6 @@ def test_the_weights_follow_the_part_that_ranks_the_measurements(workloads):
     # mapped onto log-latency: the mixed prior of the measured rows tracks their latencies
     assert np.corrcoef(surrogate.prior(parts[measured]), y[measured])[0, 1] > 0.8
     assert mix(True, xgb=True).names == ["network", "lightgbm", "xgb"]
+    # a companion that is the XGBModel itself is one part, not two
+    both = mix(True, xgb=True, kind="xgb")
+    assert both.names == ["network", "xgb"] and both.xgb is None

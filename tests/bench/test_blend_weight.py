@@ -1,0 +1,55 @@
+"""bench/blend_weight.py: the rule that chooses the blend weight on out-of-distribution
+validation workloads, and its bad input (its real run: bench/results/ood/blend-weight)."""
+
+import importlib.util
+import json
+import shutil
+
+from conftest import BENCH_DIR, assert_clean_error, run_bench
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("blend_weight", f"{BENCH_DIR}/blend_weight.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _curve(top1: dict, tau: float = 0.3) -> dict:
+    return {f"{w / 10:.1f}": {"top1_score": top1.get(w, 0.5), "kendall_tau": tau}
+            for w in range(11)}
+
+
+def test_the_weight_whose_worst_validation_top1_is_highest_wins():
+    choose = _script().choose
+    # one source favours the network, the other the trees: the weight good on both wins
+    a = _curve({3: 0.6, 9: 0.9, 10: 0.9})
+    b = _curve({0: 0.9, 3: 0.55, 9: 0.1, 10: 0.1})
+    assert choose({"a": a, "b": b}) == 0.3
+    assert choose({"a": a}) == 0.9  # ties: the higher tau, then nearer 1/2
+    flat = {"x": {k: {"top1_score": 0.5, "kendall_tau": 0.4 if k == "0.7" else 0.3}
+                  for k in _curve({})}}
+    assert choose(flat) == 0.7
+    assert choose({"x": _curve({})}) == 0.5
+
+
+def test_bad_input_is_one_line(tmp_path):
+    proc = run_bench("blend_weight.py", "--checkpoint", "checkpoints/graphsage-v2.ckpt",
+                     "--dataset", "data/llvm-full", "--ablation", str(tmp_path),
+                     "--out", str(tmp_path / "out"))
+    assert_clean_error(proc, "no readable summary.json", prog="blend_weight")
+    (tmp_path / "summary.json").write_text(json.dumps({"variants": {"base": {}}}))
+    proc = run_bench("blend_weight.py", "--checkpoint", "checkpoints/graphsage-v2.ckpt",
+                     "--dataset", "data/llvm-full", "--ablation", str(tmp_path),
+                     "--out", str(tmp_path / "out"))
+    assert_clean_error(proc, "no variant blended with xgb", prog="blend_weight")
+    (tmp_path / "f").write_text("x")
+    proc = run_bench("blend_weight.py", "--checkpoint", "checkpoints/graphsage-v2.ckpt",
+                     "--dataset", "data/llvm-full", "--out", str(tmp_path / "f" / "out"))
+    assert_clean_error(proc, "is a file", prog="blend_weight")
+    alone = tmp_path / "model.ckpt"  # a checkpoint without its pretrained XGBModel beside it
+    shutil.copy("checkpoints/graphsage.ckpt", alone)
+    proc = run_bench("blend_weight.py", "--checkpoint", str(alone), "--dataset", "data/llvm-full",
+                     "--out", str(tmp_path / "out"))
+    assert_clean_error(proc, "model.xgb.npz is missing", prog="blend_weight")
+    assert not (tmp_path / "out").exists()
