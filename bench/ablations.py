@@ -298,9 +298,10 @@ def baseline_scores(args, held: HeldOut, name: str, side: str = "test") -> np.nd
                     return f["scores"]
         return None
 
-    if (found := kept(side)) is not None:
-        return found
-    todo = [s for s in wanted if kept(s) is None]
+    found = {s: kept(s) for s in wanted}
+    if found[side] is not None:
+        return found[side]
+    todo = [s for s in wanted if found[s] is None]
     print(f"baseline {name} on the {', '.join(todo)} records ...", flush=True)
     both = pd.concat([frames[s] for s in todo], ignore_index=True)
     target = make_target(json.loads(both.target.iloc[0]))
@@ -309,7 +310,8 @@ def baseline_scores(args, held: HeldOut, name: str, side: str = "test") -> np.nd
     os.makedirs(os.path.join(args.out, "baselines"), exist_ok=True)
     for s, part in zip(todo, np.split(scores, np.cumsum([len(frames[s]) for s in todo])[:-1])):
         np.savez(kept_at(s), scores=part, records=digest(frames[s]), train=len(held.train))
-    return kept(side)
+        found[s] = part
+    return found[side]
 
 
 # blend weights of our model tried on the validation workloads (`--hybrid-weight val`)
@@ -421,8 +423,8 @@ def diagnose(args, held: HeldOut, variants: dict) -> dict:
           f"{out['label_ceiling']['top1_score']:.3f}; the heaviest 10 of "
           f"{out['top1_weight']['tasks']} tasks carry {out['top1_weight']['heaviest_10_share']:.0%}"
           f" of top-1, {out['top1_weight']['tasks_holding_half']} hold half", flush=True)
+    sample = fit_sample(held)
     for name in args.baselines:  # do the trees fit the records they trained on better?
-        sample = fit_sample(held)
         found = out["fit"][name] = {"train": {"records": len(sample), **grouped_metrics(
             sample, baseline_scores(args, held, name, side="fit"), latency=False)["overall"]}}
         print(f"  {name} fits train tau {found['train']['kendall_tau']:.3f}, top-1 "

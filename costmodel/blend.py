@@ -186,6 +186,7 @@ class LightGBMCompanion(Companion):
         return cls(booster, weight, info, path)
 
 
+TITLES = {"lightgbm": "TenSet's LightGBM", "xgb": "MetaSchedule's XGBModel"}  # by `name`
 XGB_WEIGHT = "blend_weight"  # the entry of a pretrained XGBModel file that makes it blend
 
 

@@ -93,9 +93,10 @@ def _captured(argv: list[str], entry) -> subprocess.CompletedProcess:
         try:
             status = entry()
         except SystemExit as stop:  # argparse's usage errors, --help, sys.exit(main())
-            status = stop.code if isinstance(stop.code, int) or stop.code is None else 1
-            if not isinstance(stop.code, int) and stop.code is not None:
-                print(stop.code, file=err)  # as Python prints SystemExit("message")
+            status = stop.code
+            if status is not None and not isinstance(status, int):
+                print(status, file=err)  # as Python prints SystemExit("message"), exit 1
+                status = 1
         except Exception:  # noqa: BLE001  (what the script would print before exiting 1)
             traceback.print_exc(file=err)
             status = 1

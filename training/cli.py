@@ -112,9 +112,8 @@ def _blend(args) -> int:
 
     path = fit_companion(args.checkpoint, args.dataset, args.weight, args.out, args.cache_dir,
                          model=args.with_)
-    name = {"lightgbm": "TenSet's LightGBM", "xgb": "MetaSchedule's XGBModel"}[args.with_]
     print(f"wrote {path}: {args.weight:g} of the network blended with "
-          f"{1 - args.weight:g} of {name}")
+          f"{1 - args.weight:g} of {blend.TITLES[args.with_]}")
     if args.with_ == "xgb" and os.path.isfile(lgb := blend.beside(args.checkpoint)):
         print(f"note: {lgb} is beside the checkpoint and blends in its place; delete it to "
               "blend with XGBModel")

@@ -20,6 +20,7 @@ import os
 import numpy as np
 import pandas as pd
 
+from costmodel.blend import TITLES
 from datagen.errors import UserError, output_folder
 from datagen.records import read_records
 from datagen.tvm_env import make_target
@@ -132,8 +133,7 @@ def _markdown(report: dict) -> str:
         lines.append(f"| {name} ({report['models'][name]['runs']} run(s)) | "
                      + " | ".join(cells) + " |")
     for blended in filter(None, report["models"][GRAPHSAGE].get("blended_with", [])):
-        trees = {"lightgbm": "TenSet's LightGBM", "xgb": "MetaSchedule's XGBModel"}[
-            blended.get("with", "lightgbm")]
+        trees = TITLES[blended.get("with", "lightgbm")]
         lines += ["", f"{GRAPHSAGE} blends the network with {trees} fitted on the "
                   f"same training records (`{blended['file']}`, {blended['weight']:g} of the "
                   "network), standardised within each workload: it predicts what `tune` uses."]
