@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import lzma
 import math
 import os
 import shutil
@@ -33,8 +34,27 @@ def run_dir(out: str, workload_key: str, tuner: str, seed: int) -> str:
 
 def pair_file(out: str, workload_key: str, seed: int) -> str:
     """A finished (workload, seed): every tuner's curve, finalists and re-measurements, small
-    enough to keep under version control, so a comparison resumes without its databases."""
-    return os.path.join(out, "pairs", f"{workload_key.replace('/', '__')}__seed{seed}.json")
+    enough to keep under version control, so a comparison resumes without its databases.
+    xz-compressed JSON (the finalists' traces repeat; about a sixth of the plain text); one
+    written plain before (the name without `.xz`) is read where no compressed one is."""
+    return os.path.join(out, "pairs", f"{workload_key.replace('/', '__')}__seed{seed}.json.xz")
+
+
+def read_json(path: str):
+    """The JSON of `path`, xz-compressed if it ends in `.xz`, or else of the plain file that
+    `path` names without that ending (a pair file written before pairs were compressed).
+
+    Raises:
+        OSError: neither exists or can be read; ValueError: it is no JSON.
+    """
+    if path.endswith(".xz") and not os.path.exists(path) and os.path.exists(path[:-3]):
+        path = path[:-3]
+    opener = lzma.open if path.endswith(".xz") else open
+    with opener(path, "rt") as f:
+        try:
+            return json.load(f)
+        except (lzma.LZMAError, EOFError) as err:
+            raise ValueError(f"{path}: {err}") from None
 
 
 def same_models(a: dict | None, b: dict | None) -> bool:
@@ -70,8 +90,7 @@ def check_devices(out: str, order, tuners: list[str], device: dict) -> None:
         done = [os.path.join(run_dir(out, w.key, t, seed), "done") for t in tuners]
         for path in [*done, pair_file(out, w.key, seed)]:
             try:
-                with open(path) as f:
-                    made = json.load(f)
+                made = read_json(path)
             except (OSError, ValueError):
                 continue
             there = device_name(made.get("device") if isinstance(made, dict) else None)
@@ -83,11 +102,18 @@ def check_devices(out: str, order, tuners: list[str], device: dict) -> None:
 
 def read_pair(path: str, runs_to: dict[str, int], budgets: list[int], rounds: int,
                models: dict | None):
-    """A finished pair of these tuners, budgets, rounds and models (None: any models)."""
-    if not os.path.exists(path):
+    """A finished pair of these tuners, budgets, rounds and models (None: any models).
+
+    Raises:
+        UserError: the file is damaged (not the JSON a finished pair writes).
+    """
+    try:
+        pair = read_json(path)
+    except OSError:
         return None
-    with open(path) as f:
-        pair = json.load(f)
+    except ValueError as err:
+        raise UserError(f"{path} is damaged ({str(err)[:120]}); delete it and that (workload, "
+                        "seed) is compared again") from None
     same = pair.get("rounds") == rounds and pair.get("tuner_trials") == runs_to and \
         (models is None or same_models(pair.get("models"), models)) and \
         all(str(b) in pair["budgets"] for b in budgets)
@@ -95,9 +121,11 @@ def read_pair(path: str, runs_to: dict[str, int], budgets: list[int], rounds: in
 
 
 def write_json(path: str, data: dict) -> None:
-    """Write `data` to `path` as JSON, atomically (a reader never sees half a file)."""
+    """Write `data` to `path` as JSON (xz-compressed if `path` ends in `.xz`), atomically (a
+    reader never sees half a file)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with atomic_path(path) as tmp, open(tmp, "w") as f:
+    opener = lzma.open if path.endswith(".xz") else open
+    with atomic_path(path) as tmp, opener(tmp, "wt") as f:
         json.dump(data, f)
 
 

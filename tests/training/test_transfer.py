@@ -20,7 +20,7 @@ import torch
 
 from conftest import CLI_TIMEOUT_SEC, assert_clean_error, run_cli, train_tiny
 from costmodel import checkpoint, featurize
-from costmodel.model import create_model
+from costmodel.model import batch_inputs, create_model
 from costmodel.normalization import EPS, Normalization
 from costmodel.predictor import CostModelPredictor
 from datagen.errors import UserError
@@ -683,6 +683,93 @@ def test_a_joint_dataset_of_the_same_target_may_not_hold_held_out_workloads(tiny
     with pytest.raises(UserError, match=r"holds \d+ validation or held-out workloads of "
                                         r".* on the same target \(e.g. "):
         data.setup()
+
+
+def another_cpu_copy(dataset: str, folder, mcpu: str, slower: float) -> str:
+    """A copy of `dataset` that claims to be measured on CPU `mcpu`, every latency `slower`
+    times the original: another CPU's dataset of the same programs."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from datagen.records import shard_paths
+
+    folder.mkdir()
+    for path in shard_paths(dataset):
+        table = pq.read_table(path)
+        target = json.dumps({**json.loads(table["target"][0].as_py()), "mcpu": mcpu})
+        latency = pa.compute.multiply(table["latency_median"], slower)
+        for name, column in (("target", pa.array([target] * len(table), pa.string())),
+                             ("latency_median", latency)):
+            i = table.schema.get_field_index(name)
+            table = table.set_column(i, table.schema.field(i), column)
+        pq.write_table(table, folder / os.path.basename(path))
+    return str(folder)
+
+
+@pytest.mark.slow
+def test_several_joint_datasets_train_a_head_per_target(tiny_dataset, tmp_path):
+    """Two folders of one other CPU and the H100's records beside the tiny dataset: the
+    folders are grouped by target (the CPU's two one head, the H100 the next), each target's
+    latencies standardised with its own statistics; `train fit` with a joint head per target
+    makes a model of three heads whose checkpoint lists what trained beside it, and head 0
+    still predicts the dataset's own target."""
+    a = another_cpu_copy(tiny_dataset, tmp_path / "a", "test-cpu", 3.0)
+    b = another_cpu_copy(tiny_dataset, tmp_path / "b", "test-cpu", 3.0)
+    cache = str(tmp_path / "cache")
+    kwargs = dict(dataset=tiny_dataset, split="family", test_families=["softmax"],
+                  val_fraction=0.5, cache_dir=cache)
+    alone = ScheduleDataModule(**kwargs)
+    alone.setup()
+    data = ScheduleDataModule(joint_dataset=[a, GPU_DATASET, b], joint_share=0.05, **kwargs)
+    data.setup()
+    cpu = json.loads(data.joint_targets[0])
+    assert cpu["mcpu"] == "test-cpu" and json.loads(data.joint_targets[1])["kind"] == "cuda"
+    assert len(data.joint_targets) == 2 and [j["dataset"] for j in data.joint] == [a, GPU_DATASET,
+                                                                                    b]
+    train = data.frames["train"]
+    heads = train["head"].to_numpy()
+    for head, target in enumerate([data.target, *data.joint_targets]):
+        assert set(train.target[heads == head]) == {target}
+    assert train.workload_key[heads == 1].str.startswith(JOINT_PREFIX).all()
+    assert train.workload_key[heads == 2].str.startswith(JOINT_PREFIX + "2:").all()
+    assert sum(j["records"] for j in data.joint) == int((heads > 0).sum())
+    # the other CPU: 3x slower, so its log-latencies sit log(3) above the dataset's own
+    own, cpu_norm, gpu_norm = data.normalization, *data.joint_normalizations
+    assert (own.y_mean, own.y_std) == pytest.approx((alone.normalization.y_mean,
+                                                     alone.normalization.y_std))
+    assert cpu_norm.y_mean - own.y_mean == pytest.approx(np.log(3.0), abs=0.3)
+    assert data.joint_normalization is cpu_norm
+    gpu_y = np.log(train.latency_median[heads == 2].to_numpy(float))
+    assert gpu_norm.y_mean == pytest.approx(gpu_y.mean())
+    built, _ = data._dataset("train")
+    y = np.concatenate([d.y.numpy() for d in built])
+    np.testing.assert_array_equal(np.concatenate([d.head.numpy() for d in built]), heads)
+    for head in range(3):
+        assert y[heads == head].mean() == pytest.approx(0.0, abs=1e-4)
+        assert y[heads == head].std() == pytest.approx(1.0, abs=1e-4)
+    proc = train_tiny("--data.dataset", tiny_dataset, "--data.cache_dir", cache,
+                      "--data.joint_dataset", f"[{a}, {GPU_DATASET}]", "--data.joint_share",
+                      "0.05", "--model.joint_head", "true", "--trainer.max_epochs", "1",
+                      cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (path,) = glob.glob(str(tmp_path / "runs" / "graphsage" / "checkpoints" / "*.ckpt"))
+    heads3 = checkpoint.load(path)
+    assert heads3.model.architecture["num_heads"] == 3
+    assert [j["dataset"] for j in heads3.meta["joint"]] == [a, GPU_DATASET]
+    assert heads3.meta["target"] == data.target
+    from torch_geometric.data import Batch
+
+    graphs = list(alone.frames["test"].graph)  # head 0 predicts: the dataset's own target
+    batch = Batch.from_data_list([heads3.normalization.data(g) for g in graphs])
+    heads3.model.eval()
+    with torch.no_grad():
+        emb = heads3.model.embed(*batch_inputs(heads3.model, batch))
+        expected = heads3.normalization.log_latency(heads3.model.head(emb).squeeze(-1),
+                                                    batch.offset)
+        other = heads3.model.extra_heads[0](emb).squeeze(-1)
+    assert not torch.allclose(other, heads3.model.head(emb).squeeze(-1))
+    predicted = CostModelPredictor.load(path).predict_graphs(graphs)
+    np.testing.assert_allclose(np.log(predicted), expected, rtol=1e-4)
 
 
 @pytest.mark.slow

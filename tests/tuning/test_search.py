@@ -117,7 +117,7 @@ def test_a_tuner_with_a_smaller_budget_is_compared_only_where_it_ran():
 def test_runs_and_pairs_of_other_models_are_not_read_back(tmp_path):
     import json
 
-    from tuning.runs import finished_curve, read_pair
+    from tuning.runs import finished_curve, read_pair, write_json
 
     mine = {"checkpoints": [{"file": "a.ckpt", "sha256": "1"}]}
     other = {"checkpoints": [{"file": "a.ckpt", "sha256": "2"}]}
@@ -138,6 +138,15 @@ def test_runs_and_pairs_of_other_models_are_not_read_back(tmp_path):
     assert read_pair(path, {"bo": 8}, [8], 3, renamed) == pair
     assert read_pair(path, {"bo": 8}, [8], 3, {**mine, "pretrained_xgb": {"file": "x",
                                                                            "sha256": "3"}}) is None
+    # pairs are written xz-compressed and read back as they were; a damaged one is no pair
+    packed = str(tmp_path / "pairs" / "pair.json.xz")
+    write_json(packed, pair)
+    assert open(packed, "rb").read(6) == b"\xfd7zXZ\x00"
+    assert read_pair(packed, {"bo": 8}, [8], 3, mine) == pair
+    with open(packed, "r+b") as f:
+        f.truncate(20)
+    with pytest.raises(UserError, match=r"pair.json.xz is damaged \(.*\); delete it"):
+        read_pair(packed, {"bo": 8}, [8], 3, mine)
 
 
 def test_a_report_reads_finished_pairs_and_tunes_nothing(tmp_path):
@@ -155,7 +164,7 @@ def test_a_report_reads_finished_pairs_and_tunes_nothing(tmp_path):
                         "8": {"random": [4.0, 4.0]}}}
     path = pair_file(str(tmp_path), done.key, 1)
     os.makedirs(os.path.dirname(path))
-    with open(path, "w") as f:
+    with open(path.removesuffix(".xz"), "w") as f:  # written before pairs were compressed
         json.dump(pair, f)
     # no measurer: tuning anything would fail
     results, remeasured = run_curves([done, waiting], ["bo", "random"], 8, [0, 1],
@@ -182,7 +191,7 @@ def test_a_run_or_pair_measured_on_another_device_stops_the_comparison(tmp_path)
     from datagen.suites import resolve
     from datagen.tvm_env import make_target
     from tuning.compare import run_curves
-    from tuning.runs import pair_file, run_dir
+    from tuning.runs import pair_file, run_dir, write_json
     from tuning.tuner import SearchInputs
 
     first, second = resolve(["dense/m128_n768_k768", "softmax/rows1536_cols128"])
@@ -205,10 +214,7 @@ def test_a_run_or_pair_measured_on_another_device_stops_the_comparison(tmp_path)
         pair = {"rounds": 2, "tuner_trials": {"bo": 4}, "models": {}, "target": "{}",
                 "curves": {"bo": [3.0, 2.0, 2.0, 1.0]}, "budgets": {"4": {"bo": [1.0, 1.1]}},
                 "device": gpu}
-        path = pair_file(out, second.key, 0)
-        os.makedirs(os.path.dirname(path))
-        with open(path, "w") as f:
-            json.dump(pair, f)
+        write_json(pair_file(out, second.key, 0), pair)
         with pytest.raises(UserError, match="was measured on NVIDIA H100 80GB HBM3"):
             run_curves([first, second], ["bo"], 4, [0], out, target, measurer,
                        SearchInputs(), 2, progress=False, rounds=2)
@@ -223,14 +229,14 @@ def test_a_run_or_pair_measured_on_another_device_stops_the_comparison(tmp_path)
         return run_curves([first, second], ["bo"], 4, [0], out, None, None, SearchInputs(), 4,
                           rounds=2, finished_only=True)
 
-    with open(pair_file(out, first.key, 0), "w") as f:  # made before pairs named a device
-        json.dump({k: v for k, v in pair.items() if k != "device"}, f)
+    # made before pairs named a device
+    write_json(pair_file(out, first.key, 0), {k: v for k, v in pair.items() if k != "device"})
     results, _ = report()
     assert list(results) == [first.key, second.key]
     assert json.loads((tmp_path / "results.json").read_text())["devices"] == {
         first.key: [None], second.key: [gpu["model"]]}
-    with open(pair_file(out, first.key, 0), "w") as f:
-        json.dump({**pair, "device": {"kind": "cuda", "model": "NVIDIA H200"}}, f)
+    write_json(pair_file(out, first.key, 0), {**pair, "device": {"kind": "cuda",
+                                                                 "model": "NVIDIA H200"}})
     with pytest.raises(UserError, match=r"measured on different devices \(NVIDIA H100 80GB "
                        r"HBM3, NVIDIA H200\)"):
         report()
@@ -244,7 +250,7 @@ def test_a_report_reads_pairs_of_other_models_but_never_mixes_two(tmp_path):
     from datagen.errors import UserError
     from datagen.suites import resolve
     from tuning.compare import run_curves
-    from tuning.runs import pair_file
+    from tuning.runs import pair_file, write_json
     from tuning.tuner import SearchInputs
 
     first, second = resolve(["dense/m128_n768_k768", "softmax/rows1536_cols128"])
@@ -252,9 +258,7 @@ def test_a_report_reads_pairs_of_other_models_but_never_mixes_two(tmp_path):
     pair = {"rounds": 2, "tuner_trials": {"bo": 4}, "models": old, "target": "{}",
             "curves": {"bo": [3.0, 2.0, 2.0, 1.0]}, "budgets": {"4": {"bo": [1.0, 1.1]}}}
     for w in (first, second):
-        os.makedirs(os.path.dirname(pair_file(str(tmp_path), w.key, 0)), exist_ok=True)
-        with open(pair_file(str(tmp_path), w.key, 0), "w") as f:
-            json.dump(pair, f)
+        write_json(pair_file(str(tmp_path), w.key, 0), pair)
 
     def report():
         return run_curves([first, second], ["bo"], 4, [0], str(tmp_path), None, None,
@@ -263,8 +267,7 @@ def test_a_report_reads_pairs_of_other_models_but_never_mixes_two(tmp_path):
     results, _ = report()  # SearchInputs() has no models: the pairs' are other ones
     assert list(results) == [first.key, second.key]
     assert json.loads((tmp_path / "results.json").read_text())["models"] == old
-    with open(pair_file(str(tmp_path), second.key, 0), "w") as f:
-        json.dump({**pair, "models": {"checkpoints": [{"file": "gpu.ckpt", "sha256": "new"}]}},
-                  f)
+    write_json(pair_file(str(tmp_path), second.key, 0),
+               {**pair, "models": {"checkpoints": [{"file": "gpu.ckpt", "sha256": "new"}]}})
     with pytest.raises(UserError, match="were made with different models"):
         report()

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from conftest import assert_clean_error, needs_no_gpu, run_cli
+from tuning.runs import read_json
 from tuning.tuner import apply_database, best_so_far, read_curve
 
 pytestmark = pytest.mark.slow
@@ -207,8 +208,8 @@ def test_tune_compare_against_pretrained_xgb_with_remeasured_finalists(tiny_chec
     row = paired[("bo", "ms-default")]
     assert row["n"] == 1 and row["wins"] + row["ties"] + row["losses"] == 1
     # every finalist was re-measured 3 times, all together
-    (pair,) = out.glob("pairs/*__seed0.json")
-    data = json.loads(pair.read_text())
+    (pair,) = out.glob("pairs/*__seed0.json.xz")
+    data = read_json(str(pair))
     assert data["rounds"] == 3 and all(len(v) == 3 for v in data["budgets"]["8"].values())
     assert json.loads(data["target"])["kind"] == "llvm" and set(data["curves"]) == set(tuners)
     # the pretrained XGBModel was fitted on the checkpoint's training records and cached
@@ -489,8 +490,7 @@ def test_runs_of_several_pairs_side_by_side_in_their_own_processes(tiny_checkpoi
         assert all(len(r) == 2 for t in tuners for r in remeasured[w.key][4][t])
         pairs = [pair_file(out, w.key, s) for s in seeds]
         for s, path in zip(seeds, pairs):
-            with open(path) as f:
-                pair = json.load(f)
+            pair = read_json(path)
             assert pair["curves"] == {t: results[w.key][t][s] for t in tuners}
             assert pair["models"] == models and pair["device"] == measurer.device
         kept = {p: os.path.getmtime(p) for p in [*pairs, *(os.path.join(
