@@ -42,7 +42,7 @@ def main() -> None:
     from datagen.sampler import ScheduleSampler
     from datagen.suites import resolve
     from datagen.tvm_env import make_target
-    from training.baselines import fit_xgb
+    from costmodel.store_models import fit_xgb
 
     target = make_target(None)
     (workload,) = resolve([WORKLOAD])

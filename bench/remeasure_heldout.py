@@ -109,7 +109,7 @@ def model_predictions(frame: pd.DataFrame, checkpoint: str, cache_dir: str | Non
     from costmodel.featurize import FeaturizeError
     from costmodel.predictor import CostModelPredictor
     from datagen.tvm_env import make_target
-    from training.baselines import load_xgb, predict_xgb
+    from costmodel.store_models import load_xgb, predict_xgb
     from training.pretrained_xgb import beside, fingerprint
 
     predictor = CostModelPredictor.load(checkpoint, cache_dir=cache_dir)

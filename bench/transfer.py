@@ -7,12 +7,13 @@ architecture of --init-from), one per mode (--modes): "scratch", from random wei
 "finetuned", from the weights of --init-from (`--model.init_from`: the source's input
 standardisation, target statistics of the share; with --freeze, some of its parts kept as
 trained); "joint", from random weights on the share
-plus --joint-share of --joint-dataset's records (by default the dataset --init-from was
-trained on), one model learning both targets at once (MTL-TLP's recipe,
-`--data.joint_dataset`: each target's latencies standardised with its own statistics);
-"joint_heads", the same with a head of its own for the other dataset's records on the shared
-layers (`--model.joint_head`, MTL-TLP's multi-task heads); "finetuned_joint_heads", the
-same from the weights of --init-from, the other dataset's head starting as a copy of its head
+plus --joint-share of each --joint-dataset's records (by default the dataset --init-from was
+trained on; several folders, say every other CPU's dataset, train together), one model
+learning every target at once (MTL-TLP's recipe, `--data.joint_dataset`: each target's
+latencies standardised with its own statistics); "joint_heads", the same with a head of its
+own per other target on the shared layers (`--model.joint_head`, MTL-TLP's multi-task heads);
+"finetuned_joint_heads", the same from the weights of --init-from, the other targets' heads
+starting as copies of its head
 (fine-tuning beside the source's own records, so that it does not forget them);
 "self_trained", from random weights on the share plus every other training-side record
 labelled by a teacher (`--data.pseudo_labels`): the share and seed's models of the other modes
@@ -57,6 +58,9 @@ refused: use another --out).
     python bench/transfer.py --dataset data/cuda-h100 --init-from checkpoints/graphsage.ckpt \\
         --split shapes --modes scratch joint --joint-dataset data/llvm-networks \\
         --joint-share 0.25 --shares 0.1 0.5 1.0
+    python bench/transfer.py --dataset data/llvm-znver1 --init-from checkpoints/graphsage-v2.ckpt \\
+        --split novel-shapes --modes scratch joint_heads \\
+        --joint-dataset data/llvm-networks data/llvm-full --shares 1.0 --seeds 0
     python bench/transfer.py --dataset data/llvm-full \\
         --init-from bench/models/graphsage-family-depthwise.ckpt --split family \\
         --test-families depthwise_conv2d --shares 0.05 1.0 --seeds 0 --max-epochs 2
@@ -83,6 +87,8 @@ FINETUNED_MODES = ("finetuned", "finetuned_joint_heads")
 METRICS = ("kendall_tau", "top1_score", "mape")  # printed and summarised first
 PLOTTED = {"kendall_tau": "Kendall tau", "top1_score": "top-1 score"}
 TOGETHER = "together"  # --together's curve: every mode's models of a share and seed as one
+# `training.data.SPLITS` that hold out workloads of the one dataset
+TRANSFER_SPLITS = ("shapes", "family", "network", "novel-shapes", "unseen-family")
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs",
                       "graphsage.yaml")
 
@@ -135,7 +141,9 @@ def run_config(args, architecture: dict, mode: str, share: float, seed: int,
             "cache_dir": args.cache_dir,
             "normalize_per_workload": args.normalize_per_workload}
     if mode in JOINT_MODES:
-        data.update(joint_dataset=args.joint_dataset, joint_share=args.joint_share)
+        folders = args.joint_dataset
+        data.update(joint_dataset=folders[0] if len(folders) == 1 else folders,
+                    joint_share=args.joint_share)
     if mode.endswith("joint_heads"):
         model["joint_head"] = True
     if mode == SELF_TRAINED:
@@ -164,7 +172,9 @@ def settings(args) -> dict:
     if args.ensemble > 1:
         wanted["ensemble"] = args.ensemble
     if set(JOINT_MODES) & set(args.modes):
-        wanted.update(joint_dataset=portable(args.joint_dataset), joint_share=args.joint_share)
+        folders = [portable(f) for f in args.joint_dataset]
+        wanted.update(joint_dataset=folders[0] if len(folders) == 1 else folders,
+                      joint_share=args.joint_share)
     return wanted
 
 
@@ -196,6 +206,14 @@ def train(args, architecture: dict, mode: str, share: float, seed: int, work: st
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def joint_records(meta: dict) -> int | None:
+    """How many records of other datasets trained beside a checkpoint's own (None: none)."""
+    joint = meta.get("joint")
+    if joint is None:
+        return None
+    return sum(j["records"] for j in ([joint] if isinstance(joint, dict) else joint))
 
 
 def portable(path: str) -> str:
@@ -606,7 +624,7 @@ def run(args, architecture: dict, mode: str, share: float, seed: int, work: str,
               "checkpoint": os.path.relpath(ckpts[0], args.out),
               "train_records": meta["train_share"]["records"],
               "train_records_of": meta["train_share"]["of"],
-              "joint_records": meta.get("joint", {}).get("records"),
+              "joint_records": joint_records(meta),
               "pseudo_records": meta["train_share"].get("pseudo", {}).get("records"),
               "test_workloads": test, "metrics": side.score(ckpts, test)}
     if args.ensemble > 1:
@@ -642,7 +660,7 @@ def bench(args) -> int:
         torch_device("cuda")  # no CUDA: one line before any training
     source = checkpoint.load(args.init_from)
     architecture = source.model.architecture
-    args.joint_dataset = args.joint_dataset or source.meta["dataset"]
+    args.joint_dataset = args.joint_dataset or [source.meta["dataset"]]
     side = HeldOut(args)
     expected = split_workloads(side.frame, args.split, args.test_fraction,
                                args.test_families or [], args.val_fraction, args.split_seed,
@@ -714,9 +732,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shares", nargs="+", type=float, default=[0.01, 0.05, 0.1, 1.0])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2],
                         help="each seeds the share's draw and the training")
-    parser.add_argument("--split", choices=["shapes", "family", "network"], default="shapes")
+    parser.add_argument("--split", choices=TRANSFER_SPLITS, default="shapes",
+                        help="how the target's workloads are held out (`train fit`'s "
+                             "`--data.split`; cross-suite needs a test dataset, so it is not "
+                             "one here)")
     parser.add_argument("--test-fraction", type=float, default=0.2)
-    parser.add_argument("--test-families", nargs="*", help="with --split family")
+    parser.add_argument("--test-families", nargs="*",
+                        help="with --split family or unseen-family")
     parser.add_argument("--test-networks", nargs="*", help="with --split network")
     parser.add_argument("--val-fraction", type=float, default=0.1)
     parser.add_argument("--split-seed", type=int, default=0, help="seeds the split, for every run")
@@ -739,11 +761,13 @@ def main(argv: list[str] | None = None) -> int:
                              "trained them (`--model.freeze`, e.g. layers norms)")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=["scratch", "finetuned"],
                         help="which models to train per share and seed")
-    parser.add_argument("--joint-dataset",
-                        help="joint modes: the other dataset that trains beside the share "
+    parser.add_argument("--joint-dataset", nargs="+",
+                        help="joint modes: the other datasets that train beside the share, "
+                             "a head per target with joint_heads "
                              "(default: the one --init-from was trained on)")
     parser.add_argument("--joint-share", type=float, default=0.25,
-                        help="joint modes: the share of --joint-dataset's records they train on")
+                        help="joint modes: the share of each --joint-dataset's records they "
+                             "train on")
     parser.add_argument("--normalize-per-workload", action="store_true",
                         help="labels standardised within each workload, in every mode")
     parser.add_argument("--warp-features", action="store_true",

@@ -4,6 +4,9 @@
   schedule's trace as tokens, an optional second view of the program.
 - `model`: the networks, by name in `MODELS` (GraphSAGE); `losses`: the training losses, rank
   losses by name in `RANK_LOSSES`; `normalization`: the statistics a model is trained with.
+- `store_models`: the cost models on MetaSchedule's per-store features (XGBModel, LightGBM,
+  TenSet's MLP), one interface: `fit`, `score`, `save`, `load_store_model`, `fitted_on`;
+  `blend`, `companions`: such a model fitted beside a checkpoint and blended with it.
 - `checkpoint`: the one checkpoint format: save, safe load (no code runs), validation.
 - `predictor`: load a checkpoint (or a seed ensemble) and predict latencies; what `training`
   and `tuning` call.

@@ -2,7 +2,7 @@
 
 A checkpoint `NAME.ckpt` may have a companion beside it, fitted on exactly the checkpoint's
 training records (`costmodel blend` writes it): TenSet's LightGBM (`NAME.lgb.npz`,
-`training.baselines.fit_lightgbm`), or MetaSchedule's XGBModel (`NAME.xgb.npz`, the pretrained
+`costmodel.store_models.fit_lightgbm`), or MetaSchedule's XGBModel (`NAME.xgb.npz`, the pretrained
 model of `ms-xgb-pretrained`), which blends once the file holds a blend weight.
 `CostModelPredictor.load` then blends the two (`load_companion`; LightGBM where both are
 there): within each workload, the network's predicted log-latencies and the trees' predicted
@@ -105,7 +105,7 @@ class Companion:
     """A tree model fitted on a checkpoint's training records, and the blend weight: scores
     each program by the sum of its per-store scores, as both tree baselines do."""
 
-    name = ""  # the baseline it is (`training.baselines.BASELINES`)
+    name = ""  # the baseline it is (`costmodel.store_models.STORE_MODELS`)
 
     def __init__(self, booster, weight: float, info: dict, path: str | None = None):
         self.booster, self.weight, self.info, self.path = booster, weight, info, path
@@ -192,7 +192,7 @@ XGB_WEIGHT = "blend_weight"  # the entry of a pretrained XGBModel file that make
 
 class XGBCompanion(Companion):
     """MetaSchedule's XGBModel pretrained on a checkpoint's training records (the file of
-    `ms-xgb-pretrained`, `training.baselines.save_xgb`), with a blend weight written into it by
+    `ms-xgb-pretrained`, `costmodel.store_models.save_xgb`), with a blend weight written into it by
     `set_xgb_weight`. It scores as XGBModel predicts: each store's margin, summed."""
 
     name = "xgb"

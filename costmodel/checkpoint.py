@@ -21,9 +21,9 @@ Entries (the checkpoints `train fit` writes have these plus Lightning's optimise
   `train_share` (`share`, its `seed`, and the training `records` of the side's `of`; absent
   from older files); if its training started from another checkpoint's weights
   (`--model.init_from`), `init_from` (`provenance`: that file's path and SHA-256, its target,
-  dataset and split); if another dataset trained beside its own (`--data.joint_dataset`),
-  `joint` (that `dataset`, the `share` of it, its `target`, and the `records` and `workloads`
-  trained on).
+  dataset and split); if other datasets trained beside its own (`--data.joint_dataset`),
+  `joint` (for each: that `dataset`, the `share` of it, its `target`, and the `records` and
+  `workloads` trained on; one such dict for one folder, a list of them for several).
 - "hyper_parameters": the training hyperparameters (the loss settings also serve `adapt`).
 - "state_dict": the network's parameters, each key prefixed with "model.".
 
@@ -83,11 +83,11 @@ class Checkpoint:
 
 def describe(model, normalization: Normalization, target: str, dataset: str, split: str,
              sides: dict[str, list[str]], init_from: dict | None = None,
-             train_share: dict | None = None, joint: dict | None = None,
+             train_share: dict | None = None, joint: dict | list[dict] | None = None,
              test_dataset: str | None = None) -> dict:
     """The self-description of a checkpoint of `model` (the "costmodel" entry); `init_from`
     (`source`'s description), `train_share` (the share of the training side's records it
-    was trained on), `joint` (another dataset that trained beside it) and `test_dataset` (the
+    was trained on), `joint` (the other datasets that trained beside it) and `test_dataset` (the
     other suite a cross-suite split tests on) are recorded when given."""
     meta = {"format_version": FORMAT_VERSION, "featurizer_version": featurize.FEATURIZER_VERSION,
             **LAYOUT, "architecture": dict(model.architecture),

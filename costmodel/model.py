@@ -140,8 +140,21 @@ class GraphSAGECostModel(nn.Module):
                                  nn.Linear(hidden, hidden // 2), nn.ReLU(),
                                  nn.Linear(hidden // 2, 1))
 
+        self._new_head = head
         self.head = head()  # head 0 (its own name, so one-head checkpoints read as before)
         self.extra_heads = nn.ModuleList(head() for _ in range(num_heads - 1))
+
+    def add_heads(self, count: int, copy_head: bool = False) -> None:
+        """`count` more heads beside the others (one per target that trains beside the
+        model's own), newly initialised, or with `copy_head` each a copy of head 0 (a trained
+        source's: the new target's records start where the source left them)."""
+        for _ in range(count):
+            extra = self._new_head()
+            if copy_head:
+                extra.load_state_dict(self.head.state_dict())
+            self.extra_heads.append(extra.to(next(self.head.parameters()).device))
+        if self.extra_heads:
+            self.architecture["num_heads"] = 1 + len(self.extra_heads)
 
     def embed(self, node_kind: torch.Tensor, x: torch.Tensor, edge_index: torch.Tensor,
               edge_type: torch.Tensor, batch: torch.Tensor,

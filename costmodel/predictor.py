@@ -5,6 +5,7 @@
     on_gpu = CostModelPredictor.load("checkpoints/graphsage.ckpt", device="cuda")
     seconds = predictor.predict([sch1, sch2, ...])          # Schedules or scheduled IRModules
     seconds = predictor.predict_records(frame)              # rows of a datagen dataset
+    scores = predictor.score(frame)                         # higher is faster, as store models
 
 A checkpoint with a tree companion beside it (`costmodel.blend`: its LightGBM `NAME.lgb.npz`,
 or its pretrained XGBModel `NAME.xgb.npz` with a blend weight) predicts the blend of both
@@ -285,6 +286,21 @@ class CostModelPredictor:
         """`predict_parts` of scheduled programs, lowered as `score_schedules` lowers them."""
         with _one_torch_thread():
             return self.predict_parts(self.featurizer.iter_featurize(schedules))
+
+    @property
+    def fitted_on(self) -> dict:
+        """What the (first) network was trained on, as a store model's `fitted_on` says it
+        (`costmodel.store_models`): its dataset, split, training workloads and target."""
+        meta = self.meta
+        return {"model": meta["architecture"]["name"], "dataset": meta["dataset"],
+                "split": meta["split"], "workloads": len(meta["sides"]["train"]),
+                "target": meta["target"], "members": len(self.members),
+                **({"blended_with": self.companion.name} if self.companion else {})}
+
+    def score(self, frame) -> np.ndarray:
+        """A score of every row of a dataset frame, higher is faster (minus the predicted
+        log-latency), as the store models score (`costmodel.store_models.StoreModel.score`)."""
+        return -np.log(self.predict_records(frame))
 
     def predict_records(self, frame) -> np.ndarray:
         """Latency in seconds for the rows of a dataset frame (workload_ir, trace, trace_hash)."""

@@ -1,7 +1,8 @@
 """Workloads from real networks: the MetaSchedule tasks of PyTorch model definitions.
 
-Each network of `NETWORKS` is a Hugging Face `transformers` model definition built from its
-configuration with random weights (nothing is downloaded), exported with `torch.export` at two
+Each network of `NETWORKS` (listed as data in `network_definitions.json`: a name, the model and
+configuration classes, the configuration values set) is a Hugging Face `transformers` model
+definition built from its configuration with random weights (nothing is downloaded), exported with `torch.export` at two
 input sizes (`Network.inputs`: two resolutions or two sequence lengths, batch 1; two batch
 sizes where the resolution is fixed), imported into relax and split into the fused tasks MetaSchedule tunes
 (`datagen.torch_import`). Tasks are deduplicated across networks and input sizes by structural
@@ -117,28 +118,27 @@ def _text(name, model_cls, config_cls, **config) -> Network:
                    tuple(_tokens(n) for n in TEXT_LENGTHS))
 
 
-# Hugging Face configurations of the published architectures (their defaults are the base
-# models unless set here); random weights, inference graphs, batch 1.
-NETWORKS: dict[str, Network] = {n.name: n for n in [
-    _vision("resnet50", "ResNetModel", "ResNetConfig"),
-    _vision("resnet18", "ResNetModel", "ResNetConfig", layer_type="basic", depths=[2, 2, 2, 2],
-            hidden_sizes=[64, 128, 256, 512]),
-    _vision("mobilenetv2", "MobileNetV2Model", "MobileNetV2Config"),
-    _vision("mobilenetv1", "MobileNetV1Model", "MobileNetV1Config"),
-    _vision("efficientnet-b0", "EfficientNetModel", "EfficientNetConfig"),
-    _vision("regnet-y-040", "RegNetModel", "RegNetConfig"),
-    _vision("convnext-tiny", "ConvNextModel", "ConvNextConfig"),
-    _vision("vit-b16", "ViTModel", "ViTConfig", fixed_size=224),
-    _vision("swin-tiny", "SwinModel", "SwinConfig", fixed_size=224),
-    _vision("mobilevit-s", "MobileViTModel", "MobileViTConfig"),
-    _text("bert-base", "BertModel", "BertConfig"),
-    _text("gpt2", "GPT2Model", "GPT2Config"),
-    _text("distilbert", "DistilBertModel", "DistilBertConfig"),
-    _text("albert-base", "AlbertModel", "AlbertConfig", embedding_size=128, hidden_size=768,
-          num_attention_heads=12, intermediate_size=3072),
-    _text("t5-small-encoder", "T5EncoderModel", "T5Config"),
-    _text("opt-125m", "OPTModel", "OPTConfig"),
-]}
+DEFINITIONS = os.path.join(os.path.dirname(__file__), "network_definitions.json")
+
+
+def _definitions(path: str = DEFINITIONS) -> dict[str, Network]:
+    """The networks of a definitions file (data: names and configuration values only)."""
+    with open(path, encoding="utf-8") as f:
+        entries = json.load(f)["networks"]
+    networks = {}
+    for e in entries:
+        config = e.get("config", {})
+        if e["kind"] == "vision":
+            net = _vision(e["name"], e["model"], e["config_class"], e.get("fixed_size"), **config)
+        else:
+            net = _text(e["name"], e["model"], e["config_class"], **config)
+        networks[net.name] = net
+    return networks
+
+
+# Hugging Face configurations of published architectures (`network_definitions.json`: their
+# defaults are the base models unless set there); random weights, inference graphs, batch 1.
+NETWORKS: dict[str, Network] = _definitions()
 
 
 def extract_network(network: Network, target) -> list[tuple[int, str, object, int, str]]:

@@ -1,6 +1,6 @@
 """`costmodel blend`: the tree companion of a checkpoint (`costmodel.blend`).
 
-TenSet's LightGBM baseline (`training.baselines.fit_lightgbm`, seed 0) is fitted on exactly
+TenSet's LightGBM (`costmodel.store_models.LightGBMStoreModel`, seed 0) is fitted on exactly
 the records the checkpoint was trained on and written beside it as `NAME.lgb.npz`; or
 (`--with xgb`) the checkpoint's pretrained XGBModel (`NAME.xgb.npz`, fitted if it is not there
 yet, `training.pretrained_xgb`) is given a blend weight. `CostModelPredictor.load` (so `tune`,
@@ -42,11 +42,9 @@ def fit_companion(checkpoint_path: str, dataset: str | None = None,
         UserError: a weight outside [0, 1], an unreadable checkpoint, training records that
             cannot be found, a folder that cannot be written.
     """
-    import lightgbm
-
+    from costmodel.store_models import LightGBMStoreModel, load_xgb, per_store_features
     from datagen.tvm_env import make_target
     from training import pretrained_xgb
-    from training.baselines import fit_lightgbm, load_xgb, per_store_features
     from training.data import training_records
 
     if model not in COMPANIONS:
@@ -68,10 +66,8 @@ def fit_companion(checkpoint_path: str, dataset: str | None = None,
     frame = training_records(checkpoint_path, ckpt.meta, dataset, "the LightGBM companion")
     target = make_target(json.loads(ckpt.meta["target"]))
     features = per_store_features(frame, target, progress, cache_dir=cache_dir)
-    booster = fit_lightgbm(frame, target, seed=LIGHTGBM_SEED, features=features)
+    model = LightGBMStoreModel.fit(frame, target, seed=LIGHTGBM_SEED, features=features)
     info = {"fingerprint": blend.fingerprint(ckpt.meta), "checkpoint": os.path.basename(
-        checkpoint_path), "dataset": dataset or ckpt.meta["dataset"], "records": len(frame),
-            "workloads": int(frame.workload_key.nunique()), "lightgbm": lightgbm.__version__,
-            "seed": LIGHTGBM_SEED}
-    blend.LightGBMCompanion(booster, weight, info).save(out)
+        checkpoint_path), "dataset": dataset or ckpt.meta["dataset"], **model.fitted_on}
+    blend.LightGBMCompanion(model.model, weight, info).save(out)
     return out

@@ -449,17 +449,21 @@ class ScheduleDataModule(L.LightningDataModule):
         max_cv: train only on records whose label spread at most this (`latency_cv`: std /
             mean of the repeats of the steadier measurement); validation and test keep every
             record. None: keep all (the default).
-        joint_dataset: a second dataset folder whose records train beside the training side
-            (never validate or test), e.g. CPU measurements beside a share of GPU ones; its
-            workloads stay apart from the dataset's own (keys prefixed `JOINT_PREFIX`) even
-            where they are the same programs, and it is featurised for its own target. Its
-            latencies are standardised with their own statistics (two targets' latencies
-            share no scale; per workload if `normalize_per_workload`). Every record then names
-            the head it trains (`head`: 1 for these, 0 for the dataset's own), which a model
-            with `joint_head` reads. The checkpoint is for the dataset's target, with its
-            target statistics, and records what trained beside it (`joint`).
-        joint_share: train on this share of `joint_dataset`'s records (`share_of_records`,
-            seeded by `seed`), to bound training time.
+        joint_dataset: another dataset folder, or a list of them, whose records train
+            beside the training side (never validate or test), e.g. CPU measurements beside a
+            share of GPU ones, or other CPUs' datasets beside this CPU's; their workloads stay
+            apart from the dataset's own (keys prefixed `JOINT_PREFIX`) even where they are
+            the same programs, and each is featurised for its own target. They are grouped by
+            target (`joint_targets`, in the order given; folders of one target are one
+            group): each target's latencies are standardised with statistics of its own
+            (`joint_normalizations`; two targets' latencies share no scale; per workload if
+            `normalize_per_workload`). Every record then names the head it trains (`head`:
+            0 for the dataset's own, 1 + its target's place in `joint_targets` for the
+            others), which a model with `joint_head` reads. The checkpoint is for the
+            dataset's target, with its target statistics, and records what trained beside it
+            (`joint`: one folder's dict, or a list of them for several).
+        joint_share: train on this share of each `joint_dataset`'s records
+            (`share_of_records`, seeded by `seed`), to bound training time.
         pseudo_labels: with `train_share` below 1, a Parquet table of a teacher's predicted
             latencies (columns `workload_key`, `trace_hash`, `latency` in seconds; say models
             trained on the same share): the training side's records outside the share train
@@ -478,7 +482,7 @@ class ScheduleDataModule(L.LightningDataModule):
                  share_seed: int | None = None, max_cv: float | None = None,
                  store_features: bool = False, trace_features: bool = False,
                  warp_features: bool = False,
-                 joint_dataset: str | None = None, joint_share: float = 1.0,
+                 joint_dataset: str | list[str] | None = None, joint_share: float = 1.0,
                  pseudo_labels: str | None = None, test_dataset: str | None = None):
         super().__init__()
         if (split == "cross-suite") != bool(test_dataset):
@@ -500,8 +504,9 @@ class ScheduleDataModule(L.LightningDataModule):
         self.sides: dict[str, list[str]] = {}
         self.train_share: dict = {}  # what the checkpoint records of the share trained on
         self.target: str | None = None  # the dataset's target (JSON): what models predict for
-        self.joint: dict | None = None  # what the checkpoint records of `joint_dataset`
-        self.joint_normalization: Normalization | None = None  # target statistics of those
+        self.joint: dict | list[dict] | None = None  # what the checkpoint records of them
+        self.joint_targets: list[str] = []  # the joint datasets' targets: heads 1, 2, ...
+        self.joint_normalizations: list[Normalization] = []  # their target statistics
         self.dropped = 0
         self.noisy_dropped = 0  # training records over max_cv
 
@@ -544,20 +549,22 @@ class ScheduleDataModule(L.LightningDataModule):
                 rest = self._pseudo_labelled(rest)
                 self.frames["train"] = pd.concat([self.frames["train"], rest],
                                                  ignore_index=True)
+        self.frames["train"] = self.frames["train"].assign(head=0)
         if hp.joint_dataset:
             joint = self._joint_records()
             self.frames["train"] = pd.concat([self.frames["train"], joint], ignore_index=True)
         train = self.frames["train"]
-        self.normalization = Normalization.fit(  # inputs over both datasets, if joint
+        self.normalization = Normalization.fit(  # inputs over every dataset, if joint
             train.graph, train.latency_median, per_flop=hp.per_flop,
             workloads=train.workload_key if hp.normalize_per_workload else None)
         if hp.joint_dataset:  # each target's latencies standardised with its own statistics
-            joint = train.workload_key.str.startswith(JOINT_PREFIX).to_numpy()
-            both = self.normalization
-            self.joint_normalization = both.refit_targets(
-                train.graph[joint], train.latency_median[joint], train.workload_key[joint])
-            self.normalization = both.refit_targets(
-                train.graph[~joint], train.latency_median[~joint], train.workload_key[~joint])
+            every = self.normalization
+            heads = train["head"].to_numpy()
+            own, *others = [every.refit_targets(train.graph[heads == h],
+                                                train.latency_median[heads == h],
+                                                train.workload_key[heads == h])
+                            for h in range(1 + len(self.joint_targets))]
+            self.normalization, self.joint_normalizations = own, others
 
     def _featurise(self, frame: pd.DataFrame) -> pd.DataFrame:
         """`frame` with each record's graph (`graph`), for the target of its records; records
@@ -593,39 +600,67 @@ class ScheduleDataModule(L.LightningDataModule):
         self.train_share["pseudo"] = {"labels": hp.pseudo_labels, "records": len(rest)}
         return rest.assign(latency_cv=np.nan, latencies=None)
 
+    @property
+    def joint_normalization(self) -> Normalization | None:
+        """The target statistics of the first joint target (head 1); None without one."""
+        return self.joint_normalizations[0] if self.joint_normalizations else None
+
     def _joint_records(self) -> pd.DataFrame:
-        """The featurised share of `joint_dataset`'s records that trains beside the training
-        side, under workload keys of their own (`JOINT_PREFIX`).
+        """The featurised shares of the `joint_dataset` folders' records that train beside
+        the training side, under workload keys of their own (`JOINT_PREFIX`, then the head
+        for heads above 1), each naming its target's head (`head`); sets `joint` and
+        `joint_targets`.
 
         Raises:
-            UserError: it has no usable record, mixes targets, or holds validation or
-                held-out workloads of the dataset measured on the same target (a leak).
+            UserError: a folder is given twice, has no usable record, mixes targets, or
+                holds validation or held-out workloads of the dataset measured on the same
+                target (a leak).
         """
+        hp = self.hparams
+        folders = [hp.joint_dataset] if isinstance(hp.joint_dataset, str) else \
+            list(hp.joint_dataset)
+        if len({os.path.realpath(f) for f in folders}) < len(folders):
+            raise UserError(f"joint_dataset names a folder twice ({', '.join(folders)}); "
+                            "give each dataset once")
+        frames, described = [], []
+        for folder in folders:
+            frame = self._joint_folder(folder)
+            if frame.target.iloc[0] not in self.joint_targets:
+                self.joint_targets.append(frame.target.iloc[0])
+            head = 1 + self.joint_targets.index(frame.target.iloc[0])
+            prefix = JOINT_PREFIX + (f"{head}:" if head > 1 else "")
+            frame = frame.assign(workload_key=prefix + frame.workload_key, head=head)
+            frames.append(frame)
+            described.append({"dataset": folder, "share": hp.joint_share,
+                              "target": frame.target.iloc[0], "records": len(frame),
+                              "workloads": int(frame.workload_key.nunique())})
+        self.joint = described[0] if isinstance(hp.joint_dataset, str) else described
+        return pd.concat(frames, ignore_index=True)
+
+    def _joint_folder(self, folder: str) -> pd.DataFrame:
+        """The featurised share of one joint folder's usable records (keys as collected)."""
         from datagen.records import read_records
 
         hp = self.hparams
-        frame, dropped = usable(read_records(hp.joint_dataset, RECORD_COLUMNS))
+        frame, dropped = usable(read_records(folder, RECORD_COLUMNS))
         if frame.empty:
-            raise UserError(f"joint_dataset {hp.joint_dataset} has no successfully measured "
+            raise UserError(f"joint_dataset {folder} has no successfully measured "
                             "records to train on")
-        check_one_target(frame, hp.joint_dataset)
+        check_one_target(frame, folder)
         if frame.target.iloc[0] == self.target:
             unseen = set(self.sides["val"]) | set(self.sides["test"])
             leaked = sorted(set(frame.workload_key) & unseen)
             if leaked:
-                raise UserError(f"joint_dataset {hp.joint_dataset} holds {len(leaked)} "
+                raise UserError(f"joint_dataset {folder} holds {len(leaked)} "
                                 f"validation or held-out workloads of {hp.dataset} on the same "
                                 f"target (e.g. {leaked[0]}); join another target's records or "
                                 "use another split")
         self.dropped += dropped
         if hp.joint_share < 1:
             frame = share_of_records(frame, hp.joint_share, hp.seed)
-        frame = self._featurise(frame.assign(workload_key=JOINT_PREFIX + frame.workload_key))
+        frame = self._featurise(frame)
         if frame.empty:
-            raise UserError(f"no record of joint_dataset {hp.joint_dataset} could be featurised")
-        self.joint = {"dataset": hp.joint_dataset, "share": hp.joint_share,
-                      "target": frame.target.iloc[0], "records": len(frame),
-                      "workloads": int(frame.workload_key.nunique())}
+            raise UserError(f"no record of joint_dataset {folder} could be featurised")
         return frame
 
     @property
@@ -637,15 +672,16 @@ class ScheduleDataModule(L.LightningDataModule):
         frame = self.frames[side]
         ids = {k: i for i, k in enumerate(sorted(frame.workload_key.unique()))}
         ys = self.normalization.targets(frame.graph, frame.latency_median, frame.workload_key)
-        joint = frame.workload_key.str.startswith(JOINT_PREFIX).to_numpy()
-        if side == "train" and self.joint_normalization is not None:
-            ys[joint] = self.joint_normalization.targets(
-                frame.graph[joint], frame.latency_median[joint], frame.workload_key[joint])
+        heads = frame["head"].to_numpy() if "head" in frame else np.zeros(len(frame), int)
+        for head, norm in enumerate(self.joint_normalizations, start=1):
+            rows = heads == head
+            ys[rows] = norm.targets(frame.graph[rows], frame.latency_median[rows],
+                                    frame.workload_key[rows])
         data = [self.normalization.data(g, y=y, group=ids[k])
                 for g, y, k in zip(frame.graph, ys, frame.workload_key)]
         if self.joint is not None:  # which head each record trains (a model's `joint_head`)
-            for d, theirs in zip(data, joint):
-                d.head = torch.tensor([int(theirs)])
+            for d, head in zip(data, heads):
+                d.head = torch.tensor([int(head)])
         groups = [np.flatnonzero(frame.workload_key.to_numpy() == k) for k in ids]
         return data, groups
 

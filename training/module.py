@@ -89,9 +89,11 @@ class CostModelModule(L.LightningModule):
         use_warp_features: also read each memory access's warp features (shared-memory bank
             conflicts, global sectors per warp: `costmodel.views.warp`) beside
             its node features; `train` passes it on to the data (`warp_features`).
-        joint_head: with `data.joint_dataset`, its records (another target's) train a head of
-            their own on the shared layers (MTL-TLP's multi-task recipe) instead of sharing
-            the model's one head; predictions always come from the model's own head.
+        joint_head: with `data.joint_dataset`, its records (other targets') train heads of
+            their own on the shared layers, one per target (MTL-TLP's multi-task recipe),
+            instead of sharing the model's one head; predictions always come from the model's
+            own head. The model is made with one such head; more targets add theirs when
+            training starts (as copies of the source's head with `init_from`).
         lr: AdamW learning rate.
         lr_schedule: "constant" (the default), or "cosine": the learning rate falls from `lr`
             to 0 along a half cosine over all of training's steps (`max_epochs`), so the last
@@ -177,6 +179,9 @@ class CostModelModule(L.LightningModule):
         if self.hparams.joint_head and not data.hparams.joint_dataset:
             raise UserError("joint_head gives another dataset's records a head of their own: "
                             "set data.joint_dataset too, or leave joint_head false")
+        if self.hparams.joint_head:  # a head per target beside the model's own
+            missing = len(data.joint_targets) - len(self.model.extra_heads)
+            self.model.add_heads(max(0, missing), copy_head=self.source is not None)
         if self.source_normalization is not None:
             data.normalization = data.normalization.with_inputs_of(self.source_normalization)
 

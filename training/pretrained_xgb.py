@@ -7,7 +7,7 @@ checkpoints carry theirs), in the cache folder, or fitted on the checkpoint's tr
 workloads from its dataset and written to the cache folder. Each file names what it was fitted
 on (the training workloads, the target, the TVM version), so a file for other records is never
 used. Files hold arrays only (`costmodel.companions`) and load without unpickling
-(`training.baselines.load_xgb`). A file beside its checkpoint that also holds a blend weight
+(`costmodel.store_models.load_xgb`). A file beside its checkpoint that also holds a blend weight
 (`costmodel blend CHECKPOINT --with xgb`) makes the checkpoint predict the blend of the network
 and this model (`costmodel.blend.XGBCompanion`).
 """
@@ -43,7 +43,7 @@ def pretrained_xgb_file(checkpoint_path: str, meta: dict, cache_dir: str,
     Raises:
         UserError: no file fits and the training records cannot be found.
     """
-    from training.baselines import load_xgb
+    from costmodel.store_models import load_xgb
 
     fp = fingerprint(meta)
     cached = os.path.join(cache_dir, f"xgb-pretrained-{fp[:16]}{SUFFIX}")
@@ -62,7 +62,7 @@ def write_pretrained_xgb(checkpoint_path: str, meta: dict, path: str,
         UserError: the training records cannot be found.
     """
     from datagen.tvm_env import make_target
-    from training.baselines import fit_xgb, save_xgb
+    from costmodel.store_models import fit_xgb, save_xgb
     from training.data import training_records
 
     frame = training_records(checkpoint_path, meta, dataset, "the ms-xgb-pretrained baseline")

@@ -107,7 +107,7 @@ def _bo(inputs: SearchInputs):
         "pretrained XGBModel, each weighted by how well it ranks this run's measurements, + a "
         "GP on its residual, EI", needs_checkpoint=True, needs_pretrained_xgb=True)
 def _bo_mix(inputs: SearchInputs):
-    from training.baselines import load_xgb
+    from costmodel.store_models import load_xgb
     from tuning.search import BayesOptSearch
 
     xgb = load_xgb(inputs.pretrained_xgb, seed=inputs.seed, threads=inputs.threads)
@@ -125,7 +125,7 @@ def _ms_default(inputs: SearchInputs):
         "checkpoint's training records (TenSet's transfer baseline), no warm-up, retrained on "
         "all its data after every round", needs_pretrained_xgb=True)
 def _ms_xgb_pretrained(inputs: SearchInputs):
-    from training.baselines import load_xgb
+    from costmodel.store_models import load_xgb
 
     # MetaSchedule retrains once its data grew by a fifth: with thousands of pretraining
     # records that would be never within a tuning budget, so it retrains every round

@@ -103,7 +103,7 @@ def test_the_companion_lives_beside_its_checkpoint():
 
 
 def _xgb_file(path, booster, fingerprint, programs=3):
-    """A pretrained-XGBModel file as `training.baselines.save_xgb` lays it out (the entries
+    """A pretrained-XGBModel file as `costmodel.store_models.save_xgb` lays it out (the entries
     the companion reads)."""
     from costmodel import companions
 

@@ -6,7 +6,7 @@ import pytest
 
 from datagen.records import read_records
 from datagen.tvm_env import make_target
-from training.baselines import fit_xgb, predict_xgb
+from costmodel.store_models import fit_xgb, predict_xgb
 from training.metrics import kendall_tau
 
 pytestmark = pytest.mark.slow
@@ -26,7 +26,7 @@ def test_xgb_fits_and_ranks_its_training_data(tiny_dataset):
 
 
 def test_saved_xgb_loads_without_pickle_and_predicts_the_same(tiny_dataset, tmp_path):
-    from training.baselines import load_xgb, save_xgb
+    from costmodel.store_models import load_xgb, save_xgb
 
     frame = read_records(tiny_dataset)
     frame = frame[frame.status == "ok"]
@@ -48,7 +48,8 @@ def test_saved_xgb_loads_without_pickle_and_predicts_the_same(tiny_dataset, tmp_
 
 
 def test_lightgbm_fits_and_ranks_its_training_data(tiny_dataset):
-    from training.baselines import BASELINES, fit_lightgbm, per_store_features, predict_lightgbm
+    from costmodel.store_models import fit_lightgbm, per_store_features, predict_lightgbm
+    from training.baselines import BASELINES
 
     frame = read_records(tiny_dataset)
     frame = frame[frame.status == "ok"]
@@ -74,8 +75,8 @@ def test_lightgbm_fits_and_ranks_its_training_data(tiny_dataset):
 
 
 def test_tenset_mlp_fits_and_ranks_its_training_data(tiny_dataset):
-    from training.baselines import (BASELINES, fit_tenset_mlp, per_store_features,
-                                    predict_tenset_mlp)
+    from costmodel.store_models import fit_tenset_mlp, per_store_features, predict_tenset_mlp
+    from training.baselines import BASELINES
 
     frame = read_records(tiny_dataset)
     frame = frame[frame.status == "ok"]
@@ -98,7 +99,7 @@ def test_tenset_mlp_fits_and_ranks_its_training_data(tiny_dataset):
 def test_tenset_lambdarank_loss_prefers_the_true_order():
     import torch
 
-    from training.baselines import tenset_lambdarank_loss
+    from costmodel.store_models import tenset_lambdarank_loss
 
     label = torch.tensor([1.0, 0.5, 0.25, 0.1])  # normalised throughput: the first is fastest
     right = tenset_lambdarank_loss(torch.tensor([4.0, 3.0, 2.0, 1.0]), label)
@@ -115,7 +116,7 @@ def test_tenset_lambdarank_loss_prefers_the_true_order():
 
 def test_store_features_are_read_from_the_featurizer_cache(tiny_dataset, tmp_path):
     from costmodel.featurize import Featurizer
-    from training.baselines import per_store_features
+    from costmodel.store_models import per_store_features
 
     frame = read_records(tiny_dataset)
     frame = frame[frame.status == "ok"].head(12)
@@ -133,3 +134,42 @@ def test_store_features_are_read_from_the_featurizer_cache(tiny_dataset, tmp_pat
     np.save(path, marker, allow_pickle=False)
     np.testing.assert_array_equal(per_store_features(frame, target, cache_dir=str(tmp_path))[3],
                                   marker)
+
+
+@pytest.mark.parametrize("name", ["xgb", "lightgbm", "mlp"])
+def test_every_store_model_fits_scores_saves_and_loads_through_one_interface(tiny_dataset,
+                                                                            tmp_path, name):
+    """`STORE_MODELS`: fit on the records, score them (higher is faster), save to arrays
+    only, load back scoring the same, and say what it was fitted on; a damaged file or one of
+    another kind is one line."""
+    from costmodel.store_models import STORE_MODELS, load_store_model
+    from datagen.errors import UserError
+    from datagen.tvm_env import target_json
+
+    frame = read_records(tiny_dataset)
+    target = make_target(None)
+    model = STORE_MODELS.get(name).fit(frame, target, seed=0)
+    ok = frame[frame.status == "ok"]
+    assert model.fitted_on["model"] == name and model.fitted_on["records"] == len(ok)
+    assert model.fitted_on["workloads"] == ok.workload_key.nunique()
+    assert model.fitted_on["target"] == target_json(target) and model.fitted_on["seed"] == 0
+    scores = model.score(ok)
+    assert scores.index.equals(ok.index) and np.isfinite(scores).all()
+    assert kendall_tau(ok.workload_key, ok.latency_median, -scores) > 0.2
+    path = str(tmp_path / f"{name}.npz")
+    model.save(path)
+    with np.load(path, allow_pickle=False) as z:  # arrays only: nothing to unpickle
+        assert all(z[k].dtype != object for k in z.files)
+    loaded = load_store_model(path)
+    assert type(loaded) is type(model) and loaded.fitted_on == model.fitted_on
+    np.testing.assert_allclose(loaded.score(ok), scores, rtol=1e-6)
+    with open(path, "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(UserError, match=f"{name}.npz is not a readable store model"):
+        load_store_model(path)
+    np.savez(str(tmp_path / "other.npz"), kind=np.array("forest"), fitted_on=np.array("{}"))
+    with pytest.raises(UserError, match="holds a 'forest' model; store models are xgb, "
+                                        "lightgbm, mlp"):
+        load_store_model(str(tmp_path / "other.npz"))
+    with pytest.raises(UserError, match="missing.npz is not a readable store model"):
+        load_store_model(str(tmp_path / "missing.npz"))

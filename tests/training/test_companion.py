@@ -27,7 +27,7 @@ def test_a_blended_checkpoint_predicts_the_blend_and_evaluates_as_it(own_checkpo
     from costmodel.predictor import CostModelPredictor
     from datagen.records import read_records
     from datagen.tvm_env import make_target
-    from training.baselines import fit_lightgbm, per_store_features, predict_lightgbm
+    from costmodel.store_models import fit_lightgbm, per_store_features, predict_lightgbm
     from training.data import training_records, usable
     from tuning.runs import model_ids
     from tuning.tuner import SearchInputs
@@ -80,7 +80,7 @@ def test_a_checkpoint_blends_with_its_pretrained_xgbmodel_as_xgbmodel_predicts(
     from datagen.records import read_records
     from datagen.tvm_env import make_target
     from training import pretrained_xgb
-    from training.baselines import load_xgb, predict_xgb
+    from costmodel.store_models import load_xgb, predict_xgb
     from training.data import usable
     from tuning.search import PriorMix
 
