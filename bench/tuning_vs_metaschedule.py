@@ -25,6 +25,17 @@ summarises the pairs finished so far.
 Part 3, end to end: a small PyTorch CNN tuned with one total budget by bo and by ms-default,
 and the compiled network's latency of both and of the untuned build.
 
+Part `networks`, whole networks outside every training suite (a CNN and a transformer of the
+network catalogue, `--networks`): every task tuned with MetaSchedule's task scheduler at equal
+total budgets of 16 and 64 trials per task (`--network-budgets`) by bo, ms-xgb-pretrained and
+ms-default, per seed; the compiled networks measured interleaved (`--rounds`, default 10),
+with the budget at which each reaches ms-default's latency at its largest and each tuner's
+search wall time per trial (`network_tuning.py` says how; needs the `networks` extra to
+build the networks; `--report` summarises the finished pairs without it):
+
+    python bench/tuning_vs_metaschedule.py --parts networks --seeds 0 1 2 \
+        [--networks poolformer-s12 electra-small] [--network-budgets 16 64]
+
 Part 5 (`--parts gpu --target nvidia/nvidia-h100`, on the GPU host): held-out shapes on the
 GPU, with `graphsage-h100.ckpt` (trained on data/cuda-h100, these four workloads held out) and
 its shipped pretrained XGBModel; every tuner measures on this host's GPU. For the GPU issue's
@@ -212,6 +223,8 @@ def end_to_end(args, target, measurer) -> None:
 
 
 def main() -> None:
+    import network_tuning  # a sibling script
+
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -233,12 +246,23 @@ def main() -> None:
                         "gpu; needs no GPU)")
     parser.add_argument("--family-checkpoint", help="a checkpoint trained with depthwise_conv2d "
                         "held out (part 2 is skipped without it)")
-    parser.add_argument("--network-trials", type=int, default=96)
+    parser.add_argument("--network-trials", type=int, default=96,
+                        help="network: the small CNN's total budget")
+    parser.add_argument("--networks", nargs="+", default=list(network_tuning.NETWORKS),
+                        help="networks: catalogue networks to tune whole (default: %(default)s)")
+    parser.add_argument("--network-budgets", nargs="+", type=int,
+                        default=list(network_tuning.BUDGETS),
+                        help="networks: total budgets, in trials per task")
+    parser.add_argument("--network-tuners", nargs="+", choices=TUNERS,
+                        default=list(network_tuning.TUNERS))
+    parser.add_argument("--rounds", type=int, default=network_tuning.ROUNDS,
+                        help="networks: interleaved measurement rounds of the compiled networks")
     parser.add_argument("--parts", nargs="+", default=["shapes", "family", "network"],
-                        choices=["shapes", "family", "v2", "network", "gpu"],
+                        choices=["shapes", "family", "v2", "network", "networks", "gpu"],
                         help="shapes: held-out shapes (graphsage.ckpt); family: a held-out "
                         "family (--family-checkpoint); v2: held-out networks "
-                        "(graphsage-v2-networks.ckpt); network: a CNN end to end; gpu: "
+                        "(graphsage-v2-networks.ckpt); network: a CNN end to end; "
+                        "networks: whole catalogue networks at two budgets; gpu: "
                         "held-out shapes on the GPU of --target (graphsage-h100.ckpt)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="with a GPU --target: tune up to this many runs at once (the "
@@ -271,6 +295,11 @@ def main() -> None:
     if "gpu" in args.parts and not on_gpu:
         raise SystemExit("error: --parts gpu tunes on a GPU: give its --target "
                          "(nvidia/nvidia-h100) and run on that GPU's host")
+    if "networks" in args.parts and not args.report:
+        try:
+            network_tuning.check_networks(args.networks, args.network_budgets, args.rounds)
+        except UserError as err:
+            raise SystemExit(f"error: {err}") from None
     try:  # a report measures nothing, so it runs anywhere (a GPU part's pairs on a laptop)
         # side by side (--jobs above 1), the runs build in their own processes and the pairs'
         # finalists with a measurer of their own: this one builds only for a pair left to tune
@@ -293,6 +322,8 @@ def main() -> None:
                  args, target, measurer)
         if "network" in args.parts and not args.report:
             end_to_end(args, target, measurer)
+        if "networks" in args.parts:
+            network_tuning.networks_part(args, target, measurer)
     except UserError as err:
         raise SystemExit(f"error: {err}") from None
     finally:

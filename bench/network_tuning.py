@@ -1,0 +1,273 @@
+"""Part `networks` of bench/tuning_vs_metaschedule.py: whole networks tuned end to end, the job
+users have.
+
+Each network of `NETWORKS` (outside every training suite: neither `data/llvm-networks`'s
+sixteen networks nor the hand-written or generated tasks hold it; a CNN and a transformer) is
+built from its definition (`datagen.networks`, random weights, its first input), exported
+with `torch.export` and imported as `tune run --torch-model` imports a model
+(`datagen.torch_import.relax_module`). Every tuner tunes all of its tasks with MetaSchedule's
+task scheduler (`tuning.tuner.tune_network`, trials spread by task weight) at a total budget
+of B trials per task, for each B of --network-budgets (default 16 and 64) and each seed, with
+the builder and runner every tuner shares. A finished run keeps its database and a `done` file
+(its trials and search wall time) under OUT/runs and is read back, so the part resumes.
+
+When a (network, seed, budget)'s tuners have all run, each tuner's network is compiled with its
+database (`compile_network`) and the compiled networks are measured interleaved, --rounds
+rounds of A B C (each one `time_evaluator` call of the relax VM), and kept in
+OUT/pairs/NETWORK__seedS__bB.json.xz (small, kept in git: a fresh clone summarises them
+without tuning again). The summary (`summarize`), per network: each tuner's median latency
+over seeds at each budget; bo's paired ratios to each baseline over (network, seed) pairs at
+equal budgets (the median over rounds of the per-round ratio; wins, ties within 2% and losses;
+the geometric mean with a paired bootstrap 95% interval); the smallest budget at which each
+tuner's network is at least as fast as ms-default's at the largest budget; and each tuner's
+search wall time per trial.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import time
+
+import numpy as np
+
+# a CNN and a transformer of the catalogue that no training suite holds (`datagen networks`)
+NETWORKS = ("poolformer-s12", "electra-small")
+BUDGETS = (16, 64)  # trials per task
+TUNERS = ("bo", "ms-xgb-pretrained", "ms-default")
+REFERENCE = "ms-default"  # whose latency at the largest budget the others race to
+ROUNDS = 10
+TIE = 0.02
+BOOTSTRAP_SAMPLES = 10000
+
+
+def check_networks(names: list[str], budgets: list[int], rounds: int) -> None:
+    """Before anything is tuned: the networks are defined, the budgets and rounds positive.
+
+    Raises:
+        UserError: one line naming what is wrong.
+    """
+    from datagen.errors import UserError
+    from datagen.networks import NETWORKS as DEFINED
+
+    if unknown := [n for n in names if n not in DEFINED]:
+        raise UserError(f"unknown network(s) {', '.join(unknown)}; see 'datagen networks'")
+    if bad := [b for b in budgets if b < 1]:
+        raise UserError(f"--network-budgets are trials per task, at least 1, not {bad[0]}")
+    if rounds < 1:
+        raise UserError(f"--rounds must be at least 1, not {rounds}")
+
+
+def export(name: str, target):
+    """Network `name` as the relax module `tune run --torch-model` tunes, and its input
+    arrays (numpy), from its definition in `datagen.networks`."""
+    import torch
+
+    from datagen.networks import NETWORKS as DEFINED
+    from datagen.torch_import import relax_module
+
+    torch.manual_seed(0)
+    network = DEFINED[name]
+    model = network.build().eval()
+    inputs = network.inputs[0][1]()
+    with torch.no_grad():
+        program = torch.export.export(model, inputs)
+    return relax_module(program, target), [x.numpy() for x in inputs]
+
+
+def task_count(mod, target) -> int:
+    """How many tasks MetaSchedule extracts from `mod` (the budget is B of them each)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return len(ms.relax_integration.extract_tasks(mod, target))
+
+
+def tune(mod, target, tuner: str, trials: int, work: str, measurer, inputs) -> dict:
+    """One tuner's run (read back if it finished with these trials and models): its trials,
+    search wall time, models and device."""
+    from tuning.runs import read_json, write_json
+    from tuning.tuner import tune_network
+
+    from tuning.runs import model_ids, models_used, same_models
+
+    models = models_used(tuner, model_ids(inputs))
+    done = os.path.join(work, "done.json")
+    if os.path.exists(done):
+        made = read_json(done)
+        if made.get("budget") == trials and same_models(made.get("models"), models):
+            return made
+    shutil.rmtree(work, ignore_errors=True)
+    start = time.perf_counter()
+    tune_network(mod, None, target, tuner, trials, work, measurer, inputs)
+    made = {"budget": trials, "wall_s": time.perf_counter() - start, "models": models,
+            "device": measurer.device}
+    write_json(done, made)
+    return made
+
+
+def measure_interleaved(executables: dict, arrays: list, target, rounds: int) -> dict:
+    """Seconds per inference of each compiled network, `rounds` rounds of one measurement of
+    each in turn (so every round's networks share the machine's state)."""
+    import tvm
+    from tvm import relax
+
+    dev = tvm.device(target.kind.name)
+    args = [tvm.runtime.tensor(a, dev) for a in arrays]
+    timers = {}
+    for tuner, exe in executables.items():
+        vm = relax.VirtualMachine(exe, dev)
+        timers[tuner] = vm.time_evaluator("main", dev, number=1, repeat=3, min_repeat_ms=100)
+    out = {t: [] for t in executables}
+    for _ in range(rounds):
+        for tuner, timer in timers.items():
+            out[tuner].append(float(np.median(timer(*args).results)))
+    return out
+
+
+def run_pair(name: str, seed: int, per_task: int, tuners, out: str, target, measurer,
+             search_inputs, rounds: int) -> dict:
+    """The pair of (network, seed, budget): every tuner's run, then their compiled networks
+    measured interleaved; read back from its pair file if it finished with these tuners."""
+    import dataclasses
+
+    from tvm.s_tir import meta_schedule as ms
+
+    from tuning.runs import read_json, write_json
+    from tuning.tuner import compile_network
+
+    path = os.path.join(out, "pairs", f"{name}__seed{seed}__b{per_task}.json.xz")
+    if os.path.exists(path):
+        pair = read_json(path)
+        if set(pair["latency"]) == set(tuners) and pair["rounds"] >= rounds:
+            return pair
+    mod, arrays = export(name, target)
+    tasks = task_count(mod, target)
+    runs, executables = {}, {}
+    for tuner in tuners:
+        work = os.path.join(out, "runs", name, tuner, f"seed{seed}-b{per_task}")
+        runs[tuner] = tune(mod, target, tuner, per_task * tasks, work, measurer,
+                           dataclasses.replace(search_inputs, seed=seed))
+        executables[tuner] = compile_network(ms.database.JSONDatabase(work_dir=work), mod,
+                                             target)
+    pair = {"network": name, "seed": seed, "per_task": per_task, "tasks": tasks,
+            "runs": runs, "rounds": rounds,
+            "latency": measure_interleaved(executables, arrays, target, rounds)}
+    write_json(path, pair)
+    return pair
+
+
+def _geomean(values) -> float:
+    return float(np.exp(np.mean(np.log(values))))
+
+
+def paired(pairs: list[dict], ours: str, base: str, per_task: int, seed: int = 0) -> dict:
+    """`ours` against `base` over the (network, seed) pairs at one budget: per pair the median
+    of the per-round latency ratios, wins / ties / losses, and their geometric mean with a
+    paired bootstrap 95% interval (pairs resampled)."""
+    ratios = [float(np.median(np.asarray(p["latency"][ours]) / np.asarray(p["latency"][base])))
+              for p in pairs if p["per_task"] == per_task and ours in p["latency"]
+              and base in p["latency"]]
+    if not ratios:
+        return {}
+    rng = np.random.default_rng(seed)
+    logs = np.log(ratios)
+    boot = np.exp(rng.choice(logs, (BOOTSTRAP_SAMPLES, len(logs))).mean(axis=1))
+    return {"ours": ours, "baseline": base, "per_task": per_task, "n": len(ratios),
+            "ratios": ratios, "geomean_ratio": _geomean(ratios),
+            "ci95": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))],
+            "wins": sum(r < 1 - TIE for r in ratios), "losses": sum(r > 1 + TIE for r in ratios),
+            "ties": sum(abs(r - 1) <= TIE for r in ratios)}
+
+
+def summarize(pairs: list[dict], tuners) -> dict:
+    """Per network: each tuner's median latency (us) over seeds per budget, the smallest
+    budget at which it is as fast as the reference at the largest (None: at none), and its
+    search wall time per trial; over networks, bo's paired ratios to each baseline."""
+    out: dict = {"networks": {}, "paired": []}
+    budgets = sorted({p["per_task"] for p in pairs})
+    for name in sorted({p["network"] for p in pairs}):
+        mine = [p for p in pairs if p["network"] == name]
+        rows = {}
+        for tuner in tuners:
+            row = {"tasks": mine[0]["tasks"]}
+            for b in budgets:
+                at = [float(np.median(p["latency"][tuner])) for p in mine
+                      if p["per_task"] == b and tuner in p["latency"]]
+                if at:
+                    row[f"latency_us@{b}"] = float(np.median(at)) * 1e6
+            walls = [p["runs"][tuner]["wall_s"] / p["runs"][tuner]["budget"] for p in mine
+                     if tuner in p["runs"]]
+            row["wall_s_per_trial"] = float(np.median(walls)) if walls else math.nan
+            rows[tuner] = row
+        level = rows.get(REFERENCE, {}).get(f"latency_us@{budgets[-1]}")
+        for row in rows.values():
+            row["reaches_reference_at"] = next(
+                (b for b in budgets if level is not None
+                 and row.get(f"latency_us@{b}", math.inf) <= level), None)
+        out["networks"][name] = rows
+    for base in [t for t in tuners if t != "bo"]:
+        for b in budgets:
+            if stats := paired(pairs, "bo", base, b):
+                out["paired"].append(stats)
+    return out
+
+
+def format_summary(summary: dict) -> str:
+    """The summary as text: a table per network, then the paired ratios."""
+    lines = []
+    for name, rows in summary["networks"].items():
+        budgets = sorted(int(k.split("@")[1]) for k in next(iter(rows.values()))
+                         if k.startswith("latency_us@"))
+        lines.append(f"-- {name} ({next(iter(rows.values()))['tasks']} tasks): network "
+                     "latency (us, median over seeds) at trials per task --")
+        lines.append(f"{'tuner':<20}" + "".join(f"{f'@{b}':>12}" for b in budgets)
+                     + f"{'reaches ' + REFERENCE + ' at':>24}{'wall s/trial':>14}")
+        for tuner, row in rows.items():
+            cells = "".join(f"{row.get(f'latency_us@{b}', math.nan):>12.1f}" for b in budgets)
+            reach = row["reaches_reference_at"]
+            lines.append(f"{tuner:<20}{cells}{'never' if reach is None else f'@{reach}':>24}"
+                         f"{row['wall_s_per_trial']:>14.2f}")
+    for p in summary["paired"]:
+        lines.append(f"bo / {p['baseline']} at {p['per_task']} trials per task: ratio "
+                     f"{p['geomean_ratio']:.3f} (95% interval {p['ci95'][0]:.3f}-"
+                     f"{p['ci95'][1]:.3f}) over {p['n']} pair(s); {p['wins']} wins, "
+                     f"{p['ties']} ties, {p['losses']} losses")
+    return "\n".join(lines)
+
+
+def networks_part(args, target, measurer) -> dict:
+    """Tune (or read back) every (network, seed, budget) pair and summarise them; writes
+    OUT/tuning-networks/summary.json."""
+    import json
+
+    from datagen.errors import UserError
+    from tuning.runs import read_json
+    from tuning.tuner import SearchInputs, load_predictor
+
+    out = os.path.join(args.out, "tuning-networks")
+    tuners = list(args.network_tuners)
+    if args.report:
+        folder = os.path.join(out, "pairs")
+        pairs = [read_json(os.path.join(folder, f)) for f in sorted(os.listdir(folder))] \
+            if os.path.isdir(folder) else []
+    else:
+        from training.pretrained_xgb import pretrained_xgb_file
+
+        predictor = load_predictor(None)  # tune's default for this target, as tune run loads it
+        xgb = pretrained_xgb_file(predictor.members[0].path, predictor.meta,
+                                  os.path.join(out, "cache"))
+        inputs = SearchInputs(predictor, pretrained_xgb=xgb)
+        pairs = [run_pair(name, seed, b, tuners, out, target, measurer, inputs, args.rounds)
+                 for name in args.networks for seed in args.seeds
+                 for b in args.network_budgets]
+    if not pairs:
+        raise UserError(f"no finished (network, seed, budget) in {out}/pairs yet")
+    summary = summarize(pairs, tuners)
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    seeds = sorted({p["seed"] for p in pairs})
+    print(f"== networks: {', '.join(summary['networks'])}, seeds {seeds}, "
+          f"{pairs[0]['rounds']} interleaved rounds ==")
+    print(format_summary(summary))
+    return summary

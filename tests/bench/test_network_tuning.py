@@ -1,0 +1,86 @@
+"""The whole-network part of the tuning bench: its summary of finished pairs (made here, not
+tuned), the report that reads them back, and its bad input."""
+
+import json
+import math
+import os
+
+import pytest
+
+from conftest import BENCH_DIR, run_bench
+
+
+def network_tuning():
+    """The bench's sibling module, loaded from its file (bench/ is no package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "network_tuning", os.path.join(BENCH_DIR, "network_tuning.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def pair(network, seed, per_task, latency_us, walls=None):
+    """A finished (network, seed, budget) as `network_tuning.run_pair` writes it: 3 rounds."""
+    return {"network": network, "seed": seed, "per_task": per_task, "tasks": 5, "rounds": 3,
+            "runs": {t: {"budget": per_task * 5, "wall_s": (walls or {}).get(t, 10.0)}
+                     for t in latency_us},
+            "latency": {t: [us * 1e-6 * f for f in (1.0, 1.01, 0.99)]
+                        for t, us in latency_us.items()}}
+
+
+PAIRS = [pair("cnn", 0, 16, {"bo": 90, "ms-default": 120}, {"bo": 20.0, "ms-default": 80.0}),
+         pair("cnn", 0, 64, {"bo": 80, "ms-default": 100}),
+         pair("cnn", 1, 16, {"bo": 108, "ms-default": 100}),
+         pair("cnn", 1, 64, {"bo": 70, "ms-default": 100})]
+
+
+def test_the_summary_of_whole_networks():
+    bench = network_tuning()
+    summary = bench.summarize(PAIRS, ["bo", "ms-default"])
+    bo, ref = summary["networks"]["cnn"]["bo"], summary["networks"]["cnn"]["ms-default"]
+    assert bo["latency_us@16"] == pytest.approx(99.0) and bo["latency_us@64"] == pytest.approx(75)
+    assert ref["latency_us@64"] == pytest.approx(100.0)
+    # bo's median at 16 per task beats ms-default's at 64: reached at the first budget
+    assert bo["reaches_reference_at"] == 16 and ref["reaches_reference_at"] == 64
+    # the median over its runs of wall time over trials: 20/80, 10/320, 10/80 and 10/320
+    assert bo["wall_s_per_trial"] == pytest.approx((10 / 320 + 10 / 80) / 2) and bo["tasks"] == 5
+    at16, at64 = summary["paired"]
+    assert (at16["per_task"], at64["per_task"]) == (16, 64)
+    assert at16["ratios"] == pytest.approx([0.75, 1.08]) and at16["wins"] == at16["losses"] == 1
+    assert at16["geomean_ratio"] == pytest.approx(math.sqrt(0.75 * 1.08))
+    assert at64["ratios"] == pytest.approx([0.8, 0.7]) and at64["wins"] == 2
+    assert at64["ci95"][0] <= at64["geomean_ratio"] <= at64["ci95"][1] < 1
+    text = bench.format_summary(summary)
+    assert "-- cnn (5 tasks)" in text and "bo / ms-default at 64 trials per task" in text
+
+
+def test_a_report_reads_the_finished_pairs_and_tunes_nothing(tmp_path):
+    from tuning.runs import write_json
+
+    args = ["--parts", "networks", "--report", "--network-tuners", "bo", "ms-default",
+            "--out", str(tmp_path)]
+    empty = run_bench("tuning_vs_metaschedule.py", *args)
+    assert empty.returncode != 0 and "no finished (network, seed, budget)" in empty.stderr
+    for p in PAIRS:
+        write_json(str(tmp_path / "tuning-networks" / "pairs" /
+                       f"{p['network']}__seed{p['seed']}__b{p['per_task']}.json.xz"), p)
+    proc = run_bench("tuning_vs_metaschedule.py", *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "bo / ms-default at 64 trials per task: ratio 0.748" in proc.stdout
+    summary = json.loads((tmp_path / "tuning-networks" / "summary.json").read_text())
+    assert list(summary["networks"]) == ["cnn"]
+    assert sorted(os.listdir(tmp_path / "tuning-networks")) == ["pairs", "summary.json"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--networks", "resnet5"], "unknown network(s) resnet5; see 'datagen networks'"),
+    (["--network-budgets", "0"], "--network-budgets are trials per task, at least 1, not 0"),
+    (["--rounds", "0"], "--rounds must be at least 1, not 0"),
+])
+def test_bad_input_of_the_networks_part_is_one_line(tmp_path, extra, message):
+    proc = run_bench("tuning_vs_metaschedule.py", "--parts", "networks", "--out", str(tmp_path),
+                     *extra)
+    assert proc.returncode != 0 and message in proc.stderr and "Traceback" not in proc.stderr
+    assert os.listdir(tmp_path) == []
