@@ -112,7 +112,7 @@ def measure_interleaved(executables: dict, arrays: list, target, rounds: int) ->
     import tvm
     from tvm import relax
 
-    dev = tvm.device(target.kind.name)
+    dev = tvm.device("cpu" if target.kind.name == "llvm" else target.kind.name, 0)
     args = [tvm.runtime.tensor(a, dev) for a in arrays]
     timers = {}
     for tuner, exe in executables.items():

@@ -187,7 +187,7 @@ def end_to_end(args, target, measurer) -> None:
     x = torch.randn(1, 3, 32, 32)
     mod = relax_module(torch.export.export(SmallCNN().eval(), (x,)), target)
     predictor = load_predictor(None)
-    dev = tvm.device(target.kind.name)
+    dev = tvm.device("cpu" if target.kind.name == "llvm" else target.kind.name, 0)
 
     def latency(exe) -> float:
         vm = relax.VirtualMachine(exe, dev)

@@ -155,7 +155,7 @@ def _run_torch(args, target, measurer, inputs) -> int:
     print(f"{args.torch_model}: {sum(len(c) for c in curves.values())} trials over "
           f"{len(curves)} tasks; database in {wd}, the tuned network in {library} (run it "
           "with tvm.relax.VirtualMachine(tvm.runtime.load_module(path), "
-          f"tvm.device({target.kind.name!r})))")
+          f"tvm.device({'cpu' if target.kind.name == 'llvm' else target.kind.name!r})))")
     return 0
 
 
