@@ -17,7 +17,7 @@ contention are what is slow there.
 
 With a CUDA --target and --nvrtc (where NVRTC and a CUDA toolkit's headers are installed; no
 GPU needed), it also compiles every built candidate's kernels with NVRTC on one core, as TVM's
-own callback does and as datagen's compilers do (`datagen.batch_measure.NvrtcCompiler`: the
+own callback does and as datagen's compilers do (`datagen.devices.NvrtcCompiler`: the
 standard headers precompiled once per process), one after the other for each kernel, and
 prints both medians and whether every cubin came out byte for byte the same; then the first
 few kernels again, each as the first kernel of a fresh process, with and without the warm-up
@@ -118,7 +118,7 @@ def nvrtc_times(sources: list[str], target, include_dir: str) -> None:
     """Compile each CUDA source as TVM does and as datagen does, alternately, and print both."""
     from tvm.support import nvcc
 
-    from datagen.batch_measure import NvrtcCompiler
+    from datagen.devices import NvrtcCompiler
 
     if target.kind.name != "cuda":
         raise SystemExit("error: --nvrtc needs a CUDA --target")
@@ -150,7 +150,7 @@ FIRST_KERNELS = 3  # kernels whose first compilation in a fresh process is timed
 def _first_kernel(code: str, arch: str, include_dir: str, warm: bool) -> tuple[float, float]:
     """In a fresh process: (seconds warming up, seconds compiling `code`), as a builder's
     worker compiles its first kernel with and without `NvrtcCompiler.warm_up` at its start."""
-    from datagen.batch_measure import NvrtcCompiler
+    from datagen.devices import NvrtcCompiler
 
     compile_fn = NvrtcCompiler(arch, include_dir)
     t0 = time.perf_counter()

@@ -44,7 +44,7 @@ def _init_worker(target_kind: str, kernel_cache: str | None = None,
         os.environ["TMPDIR"] = scratch  # leaves its own behind)
     load_tensor_intrinsics(target_kind)
     if kernel_cache:
-        from datagen.batch_measure import use_kernel_cache
+        from datagen.devices import use_kernel_cache
 
         try:  # with NVRTC's headers precompiled now, before this worker's first build
             use_kernel_cache(kernel_cache, warm_up=True)
@@ -128,7 +128,7 @@ class PersistentBuilder(PyBuilder):
             MetaSchedule's tar of objects, which is linked where it is loaded (tens of ms a
             program, in the measuring process).
         kernel_cache: a folder where the workers compile each artifact's CUDA kernels (see
-            `datagen.batch_measure.use_kernel_cache`); only where a CUDA runtime and NVRTC are.
+            `datagen.devices.use_kernel_cache`); only where a CUDA runtime and NVRTC are.
         start: start every worker now (they import TVM while the caller works), else at the
             first build.
 

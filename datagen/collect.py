@@ -25,7 +25,7 @@ import sys
 import time
 
 from datagen import records
-from datagen.batch_measure import host_cpu_model
+from datagen.devices import host_cpu_model
 from datagen.errors import UserError
 from datagen.measure import (DEFAULT_RUN_TIMEOUT_SEC, OK, Measurer, MeasureResult, Tracker,
                              device_name, latency_stats)

@@ -140,7 +140,7 @@ class Tracker:
 
     def device(self, device_type: str, wait: float = SESSION_WAIT_SEC) -> dict:
         """Device 0 of `device_type` ("cpu", "cuda", ...) on a server of this key, as records
-        name it (`batch_measure.device_description` of a remote device), with the key. One
+        name it (`devices.device_description` of a remote device), with the key. One
         session of the tracker's, asked for at most `wait` seconds: a key names one kind of
         device, so whichever server answers speaks for all of them.
 
@@ -152,7 +152,7 @@ class Tracker:
 
         from tvm import rpc
 
-        from datagen.batch_measure import device_description
+        from datagen.devices import device_description
 
         answer: dict = {}
 
@@ -196,10 +196,10 @@ def device_name(device: dict | None) -> str | None:
 
 def local_device(target_kind: str) -> dict:
     """What measures a target on this host: the CPU, or device 0 of a GPU kind with its model,
-    compute capability and versions (`batch_measure.device_description`)."""
+    compute capability and versions (`devices.device_description`)."""
     import tvm
 
-    from datagen.batch_measure import device_description, host_cpu_model
+    from datagen.devices import device_description, host_cpu_model
 
     if target_kind == "llvm":
         return {"kind": "cpu", "model": host_cpu_model()}
@@ -218,7 +218,7 @@ def _init_runner(num_threads: int, kernel_cache: str | None = None,
     if cpus:
         os.sched_setaffinity(0, cpus)
     if kernel_cache:
-        from datagen.batch_measure import use_kernel_cache
+        from datagen.devices import use_kernel_cache
 
         try:
             use_kernel_cache(kernel_cache)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 from collections.abc import Callable
 
 from datagen.errors import UserError
@@ -380,82 +381,24 @@ def from_key(key: str) -> Workload:
     return Workload(family, tuple(params))
 
 
-def _w(family, *params, network, weight=1):
-    return Workload(family, tuple(params), network=network, weight=weight)
+TABLES = os.path.join(os.path.dirname(__file__), "workload_tables.json")
 
 
-# --- shapes taken from real networks (batch 1, NHWC, fp32) ----------------------------------
-RESNET50 = [
-    _w("conv2d", 224, 224, 3, 64, 7, 2, 3, network="resnet50"),
-    _w("conv2d", 56, 56, 64, 64, 1, 1, 0, network="resnet50"),
-    _w("conv2d", 56, 56, 64, 64, 3, 1, 1, network="resnet50", weight=3),
-    _w("conv2d", 56, 56, 64, 256, 1, 1, 0, network="resnet50", weight=4),
-    _w("conv2d", 56, 56, 256, 64, 1, 1, 0, network="resnet50", weight=2),
-    _w("conv2d", 28, 28, 128, 128, 3, 1, 1, network="resnet50", weight=3),
-    _w("conv2d", 28, 28, 128, 512, 1, 1, 0, network="resnet50", weight=4),
-    _w("conv2d", 14, 14, 256, 256, 3, 1, 1, network="resnet50", weight=5),
-    _w("conv2d", 14, 14, 1024, 256, 1, 1, 0, network="resnet50", weight=5),
-    _w("conv2d", 7, 7, 512, 512, 3, 1, 1, network="resnet50", weight=2),
-    _w("conv2d", 7, 7, 512, 2048, 1, 1, 0, network="resnet50", weight=3),
-    _w("conv2d_bias_relu", 56, 56, 64, 64, 3, 1, 1, network="resnet50", weight=3),
-    _w("conv2d_bias_relu", 28, 28, 512, 128, 1, 1, 0, network="resnet50", weight=3),
-    _w("conv2d_bias_relu", 14, 14, 256, 256, 3, 1, 1, network="resnet50", weight=5),
-    _w("conv2d_bias_relu", 7, 7, 2048, 512, 1, 1, 0, network="resnet50", weight=2),
-    _w("pool2d", 112, 112, 64, 3, 2, 1, "max", network="resnet50"),
-    _w("pool2d", 7, 7, 2048, 7, 1, 0, "avg", network="resnet50"),
-    _w("dense", 1, 1000, 2048, network="resnet50"),
-]
-MOBILENETV2 = [
-    _w("depthwise_conv2d", 112, 112, 32, 3, 1, 1, network="mobilenetv2"),
-    _w("depthwise_conv2d", 112, 112, 96, 3, 2, 1, network="mobilenetv2"),
-    _w("depthwise_conv2d", 56, 56, 144, 3, 1, 1, network="mobilenetv2"),
-    _w("depthwise_conv2d", 28, 28, 192, 3, 1, 1, network="mobilenetv2", weight=2),
-    _w("depthwise_conv2d", 14, 14, 384, 3, 1, 1, network="mobilenetv2", weight=3),
-    _w("depthwise_conv2d", 14, 14, 576, 3, 1, 1, network="mobilenetv2", weight=2),
-    _w("depthwise_conv2d", 7, 7, 960, 3, 1, 1, network="mobilenetv2", weight=2),
-    _w("conv2d_bias_relu", 112, 112, 32, 16, 1, 1, 0, network="mobilenetv2"),
-    _w("conv2d_bias_relu", 56, 56, 24, 144, 1, 1, 0, network="mobilenetv2"),
-    _w("conv2d_bias_relu", 28, 28, 32, 192, 1, 1, 0, network="mobilenetv2", weight=2),
-    _w("conv2d_bias_relu", 14, 14, 64, 384, 1, 1, 0, network="mobilenetv2", weight=3),
-    _w("conv2d_bias_relu", 7, 7, 160, 960, 1, 1, 0, network="mobilenetv2", weight=2),
-    _w("conv2d", 7, 7, 320, 1280, 1, 1, 0, network="mobilenetv2"),
-    _w("pool2d", 7, 7, 1280, 7, 1, 0, "avg", network="mobilenetv2"),
-    _w("dense", 1, 1000, 1280, network="mobilenetv2"),
-]
-BERT_BASE = [  # sequence length 128, 12 heads of 64
-    _w("dense", 128, 768, 768, network="bert-base", weight=48),
-    _w("dense", 128, 3072, 768, network="bert-base", weight=12),
-    _w("dense", 128, 768, 3072, network="bert-base", weight=12),
-    _w("batch_matmul", 12, 128, 128, 64, network="bert-base", weight=12),
-    _w("batch_matmul", 12, 128, 64, 128, network="bert-base", weight=12),
-    _w("softmax", 12 * 128, 128, network="bert-base", weight=12),
-    _w("layer_norm", 128, 768, network="bert-base", weight=25),
-]
-RESNEXT50 = [  # 32x4d grouped convolutions
-    _w("group_conv2d", 56, 56, 128, 128, 3, 1, 1, 32, network="resnext50", weight=3),
-    _w("group_conv2d", 28, 28, 256, 256, 3, 1, 1, 32, network="resnext50", weight=4),
-    _w("group_conv2d", 14, 14, 512, 512, 3, 1, 1, 32, network="resnext50", weight=6),
-    _w("group_conv2d", 7, 7, 1024, 1024, 3, 1, 1, 32, network="resnext50", weight=3),
-]
-VIT_B16 = [  # 197 tokens, 12 heads
-    _w("dense", 197, 2304, 768, network="vit-b16", weight=12),
-    _w("batch_matmul", 12, 197, 197, 64, network="vit-b16", weight=12),
-    _w("softmax", 12 * 197, 197, network="vit-b16", weight=12),
-    _w("layer_norm", 197, 768, network="vit-b16", weight=25),
-]
-GPT2 = [  # sequence length 256
-    _w("softmax", 12 * 256, 256, network="gpt2", weight=12),
-    _w("layer_norm", 256, 768, network="gpt2", weight=25),
-]
-POOLS = [
-    _w("pool2d", 56, 56, 256, 2, 2, 0, "max", network="vgg16"),
-    _w("pool2d", 28, 28, 512, 3, 1, 1, "avg", network="inception-v3"),
-]
-TINY = [  # seconds to build and measure: for tests and smoke runs
-    _w("dense", 32, 32, 32, network="tiny"),
-    _w("softmax", 16, 32, network="tiny"),
-    _w("conv2d", 8, 8, 8, 8, 3, 1, 1, network="tiny"),
-]
+def _tables(path: str = TABLES) -> dict[str, list[Workload]]:
+    """The hand-written workloads of `workload_tables.json` (data: families, parameters,
+    networks, weights), by table."""
+    with open(path, encoding="utf-8") as f:
+        tables = json.load(f)["tables"]
+    return {name: [Workload(family, tuple(params), network=network, weight=weight)
+                   for family, params, network, weight in rows]
+            for name, rows in tables.items()}
+
+
+# shapes taken from real networks (batch 1, NHWC, fp32)
+_TABLES = _tables()
+RESNET50, MOBILENETV2, BERT_BASE = _TABLES["resnet50"], _TABLES["mobilenetv2"], _TABLES["bert-base"]
+RESNEXT50, VIT_B16, GPT2 = _TABLES["resnext50"], _TABLES["vit-b16"], _TABLES["gpt2"]
+POOLS, TINY = _TABLES["pools"], _TABLES["tiny"]  # TINY: seconds to build and measure
 
 SUITES: dict[str, list[Workload]] = {
     "tiny": TINY,

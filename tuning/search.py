@@ -37,25 +37,32 @@ from datagen.errors import UserError
 from datagen.measure import run_latency
 from datagen.sampler import ScheduleSampler, derive_seed
 
-# a surrogate: (predictor, seed) -> object with features, fit and posterior (see PriorGP)
+# a surrogate: (predictor, seed) -> a `Surrogate` (features, fit, posterior; see PriorGP)
 SURROGATES = Registry("surrogate")
 ACQUISITIONS = ("ei", "lcb")
 PRIOR_SIGMA = 0.3  # log-latency uncertainty of the prior before any measurement
 GP_MAX_DIMS = 16  # embeddings are projected onto this many principal components
 
 
+class Surrogate:
+    """What `BayesOptSearch` fits each round: `features` of candidates, `fit` on the measured
+    ones, `posterior` over the pool. `needs_model`: it reads the predictor (a checkpoint)."""
+
+    needs_model = False
+
+    def __init__(self, predictor, seed: int):
+        self.predictor, self.seed = predictor, seed
+
+
 @SURROGATES.register("prior-gp")
-class PriorGP:
+class PriorGP(Surrogate):
     """Learned prior mean plus a GP on the residual, over the network's graph embeddings."""
 
     needs_model = True
 
     def __init__(self, predictor, seed: int):
-        self.predictor = predictor
-        self.seed = seed
-        self.gp = None
-        self.project = None
-        self.offset = 0.0
+        super().__init__(predictor, seed)
+        self.gp, self.project, self.offset = None, None, 0.0
 
     def features(self, cands) -> tuple[np.ndarray, np.ndarray]:
         """(embeddings, prior log-latency) of candidates."""
@@ -209,13 +216,11 @@ class PriorMix(PriorGP):
 
 
 @SURROGATES.register("forest")
-class ForestSurrogate:
+class ForestSurrogate(Surrogate):
     """ytopt-style: a random forest over sampled decisions, uncertainty from its trees."""
 
-    needs_model = False
-
     def __init__(self, predictor, seed: int):
-        self.seed = seed
+        super().__init__(predictor, seed)
         self.forest = None
 
     @staticmethod

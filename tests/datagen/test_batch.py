@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import CLI_TIMEOUT_SEC, GPU_HERE, assert_clean_error, needs_no_gpu, run_cli
-from datagen.batch_measure import NVRTC_PREINCLUDE
+from datagen.devices import NVRTC_PREINCLUDE
 from datagen.records import read_records
 
 pytestmark = pytest.mark.slow
@@ -209,7 +209,7 @@ def test_a_gpu_record_reads_the_cuda_driver_version_from_the_driver(tmp_path):
     for CUDA), so `device_description` asks libcuda's `cuDriverGetVersion`. Without a driver:
     None. With a stand-in libcuda.so.1 that answers as CUDA 13.0's does: 13000; one that
     fails: None."""
-    from datagen.batch_measure import cuda_driver_version
+    from datagen.devices import cuda_driver_version
 
     if not GPU_HERE:
         assert cuda_driver_version() is None
@@ -223,7 +223,7 @@ def test_a_gpu_record_reads_the_cuda_driver_version_from_the_driver(tmp_path):
                           % (answer, result))
         subprocess.run([gcc, "-shared", "-fPIC", "-o", str(folder / "libcuda.so.1"),
                         str(source)], check=True)
-        proc = subprocess.run([sys.executable, "-c", "from datagen.batch_measure import "
+        proc = subprocess.run([sys.executable, "-c", "from datagen.devices import "
                                "cuda_driver_version; print(cuda_driver_version())"],
                               capture_output=True, text=True, timeout=60,
                               env={**os.environ, "LD_LIBRARY_PATH": str(folder)})
@@ -351,7 +351,7 @@ def test_the_runtime_alone_compiles_kernels_for_the_batch_architecture(runtime_s
     code = """import json
 import tvm.support.nvcc as nvcc, tvm_ffi
 from tvm.target import Target
-from datagen.batch_measure import CUDA_COMPILE_CALLBACK, cuda_arch, use_kernel_cache
+from datagen.devices import CUDA_COMPILE_CALLBACK, cuda_arch, use_kernel_cache
 try:
     Target.current(allow_none=True)
     print("Target.current works")
@@ -384,7 +384,7 @@ def test_nvrtc_compiler_goes_on_without_precompiled_headers_where_nvrtc_refuses_
     stand-in for NVRTC that refuses any option)."""
     from tvm.support import nvcc
 
-    from datagen.batch_measure import NVRTC_STD_HEADERS, NvrtcCompiler
+    from datagen.devices import NVRTC_STD_HEADERS, NvrtcCompiler
 
     asked = []
 
@@ -421,8 +421,8 @@ def test_warm_up_precompiles_with_every_kernels_options_and_never_raises(tmp_pat
     import tvm_ffi
     from tvm.support import nvcc
 
-    from datagen.batch_measure import (CUDA_COMPILE_CALLBACK, WARM_UP_KERNEL, NvrtcCompiler,
-                                       use_kernel_cache)
+    from datagen.devices import (CUDA_COMPILE_CALLBACK, WARM_UP_KERNEL, NvrtcCompiler,
+                                 use_kernel_cache)
 
     asked = []
     working = True
@@ -482,7 +482,7 @@ def test_nvrtc_with_precompiled_headers_gives_tvms_own_cubin(tmp_path, monkeypat
     from tvm.s_tir.meta_schedule.builder.local_builder import default_build
     from tvm.support import nvcc
 
-    from datagen.batch_measure import NvrtcCompiler
+    from datagen.devices import NvrtcCompiler
     from datagen.sampler import ScheduleSampler
     from datagen.suites import resolve
     from datagen.tvm_env import make_target
@@ -508,7 +508,7 @@ def test_kernel_cache_compiles_each_source_once(tmp_path):
     itself needs the GPU host)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from datagen.batch_measure import cache_kernel_compiles
+    from datagen.devices import cache_kernel_compiles
 
     calls = []
 
@@ -566,7 +566,7 @@ def test_rounds_drawn_in_worker_processes_equal_rounds_drawn_here():
 def test_kernels_of_a_target_without_arch_are_compiled_for_the_device():
     from types import SimpleNamespace
 
-    from datagen.batch_measure import cuda_arch
+    from datagen.devices import cuda_arch
 
     assert cuda_arch({"kind": "cuda", "arch": "sm_80"}, None) == "sm_80"
     assert cuda_arch({"kind": "cuda"}, SimpleNamespace(compute_version="9.0")) == "sm_90a"
