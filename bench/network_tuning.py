@@ -76,6 +76,9 @@ def export(name: str, target):
     return relax_module(program, target), [x.numpy() for x in inputs]
 
 
+_EXPORTED: dict = {}  # network -> (relax module, input arrays, task count) of this process
+
+
 def task_count(mod, target) -> int:
     """How many tasks MetaSchedule extracts from `mod` (the budget is B of them each)."""
     from tvm.s_tir import meta_schedule as ms
@@ -141,8 +144,10 @@ def run_pair(name: str, seed: int, per_task: int, tuners, out: str, target, meas
         pair = read_json(path)
         if set(pair["latency"]) == set(tuners) and pair["rounds"] >= rounds:
             return pair
-    mod, arrays = export(name, target)
-    tasks = task_count(mod, target)
+    if name not in _EXPORTED:  # once per network, whatever its seeds and budgets
+        mod, arrays = export(name, target)
+        _EXPORTED[name] = mod, arrays, task_count(mod, target)
+    mod, arrays, tasks = _EXPORTED[name]
     runs, executables = {}, {}
     for tuner in tuners:
         work = os.path.join(out, "runs", name, tuner, f"seed{seed}-b{per_task}")

@@ -4,8 +4,9 @@ Writes `report.json` (every metric, overall, per family and per network, per che
 baseline, with the mean and spread over checkpoints trained with different seeds), a readable
 `report.md`, and plots: predicted against measured latency, and per-workload Kendall tau of
 each model. The baselines are `training.baselines.BASELINES` (MetaSchedule's XGBModel,
-TenSet's LightGBM and MLP, `costmodel.store_models`), trained on the checkpoint's training workloads, once per checkpoint seed
-(on its own split, on the records it trained on: of a few-shot checkpoint, its share).
+TenSet's LightGBM and MLP, `costmodel.store_models`), trained on the checkpoint's training
+workloads, once per checkpoint seed (on its own split, on the records it trained on: of a
+few-shot checkpoint, its share).
 
 A record counts for each network its `network` cell lists. Models that predict no latency (the
 baselines' relative throughput, a checkpoint trained with per-workload normalisation) have no
