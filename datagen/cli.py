@@ -160,10 +160,11 @@ def _compact(args) -> int:
         shards, before, after = writer.compact()
     finally:
         writer.close()
-    if shards < 2:
-        print(f"{args.dataset}: already one shard ({after / 2**20:.1f} MiB)")
+    if shards < 2 and before == after:
+        print(f"{args.dataset}: already one compacted shard ({after / 2**20:.1f} MiB)")
     else:
-        print(f"{args.dataset}: {shards} shards ({before / 2**20:.1f} MiB) now one shard "
+        print(f"{args.dataset}: {shards} shard{'s' * (shards > 1)} ({before / 2**20:.1f} MiB) "
+              f"now one compacted shard "
               f"({after / 2**20:.1f} MiB)")
     return 0
 

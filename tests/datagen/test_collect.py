@@ -87,7 +87,7 @@ def test_stats_summarises_families_and_workloads(tmp_path):
     before = read_records(out).sort_values("trace_hash").reset_index(drop=True)
     shards = len(shard_paths(out))
     assert f"{out}: {shards} shards" in run_cli("compact", out, check=True).stdout
-    assert "already one shard" in run_cli("compact", out, check=True).stdout
+    assert "already one compacted shard" in run_cli("compact", out, check=True).stdout
     after = read_records(out).sort_values("trace_hash").reset_index(drop=True)
     assert len(shard_paths(out)) == 1 and after.equals(before)
     (tmp_path / "empty").mkdir()

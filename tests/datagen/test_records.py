@@ -133,6 +133,30 @@ def test_compaction_keeps_every_record_once_even_when_stopped_midway(tmp_path):
     assert len(records.shard_paths(str(keep))) == 1
 
 
+def test_a_lone_shard_of_the_older_layout_is_compacted_once(tmp_path):
+    writer = records.ShardWriter(str(tmp_path))
+    writer.write([{**_row(i), "latencies": [1e-6 * (i + 1), 1.1e-6 * (i + 1)]} for i in range(20)])
+    before = records.read_records(str(tmp_path)).sort_values("trace_hash")
+    (plain,) = records.shard_paths(str(tmp_path))
+    assert records.LAYOUT_KEY not in pq.read_schema(plain).metadata
+    shards, _, _ = writer.compact()
+    (compacted,) = records.shard_paths(str(tmp_path))
+    assert shards == 1 and compacted != plain
+    assert pq.read_schema(compacted).metadata[records.LAYOUT_KEY] == records.COMPACT_LAYOUT
+    chunks = pq.ParquetFile(compacted).metadata.row_group(0)
+    encodings = {chunks.column(i).path_in_schema: chunks.column(i).encodings
+                 for i in range(chunks.num_columns)}
+    assert "BYTE_STREAM_SPLIT" in encodings["latency_median"]
+    assert "BYTE_STREAM_SPLIT" in encodings["latencies.list.element"]
+    assert "BYTE_STREAM_SPLIT" not in encodings["workload_key"]
+    after = records.read_records(str(tmp_path)).sort_values("trace_hash")
+    assert after.drop(columns="collected_at").reset_index(drop=True).equals(
+        before.drop(columns="collected_at").reset_index(drop=True))
+    writer.compact()  # already of this layout: left as it is
+    writer.close()
+    assert records.shard_paths(str(tmp_path)) == [compacted]
+
+
 def test_stats_piped_into_a_reader_that_stops_early_ends_quietly():
     """`datagen stats DIR | head` is how people look at a large dataset: no traceback."""
     import subprocess
