@@ -26,7 +26,8 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
-DEFAULT_BUILD_TIMEOUT_SEC = 10.0
+from datagen.defaults import DEFAULT_BUILD_TIMEOUT_SEC
+
 MAX_USES_PER_WORKER = 256
 TIMEOUT_PREFIX = "Build timeout"
 

@@ -20,11 +20,10 @@ import signal
 import sys
 import threading
 
-from datagen.builder import DEFAULT_BUILD_TIMEOUT_SEC
-from datagen.collect import (DEFAULT_BATCH_SIZE, DEFAULT_EVOLVE_FRACTION, DEFAULT_PER_WORKLOAD,
-                             DEFAULT_RETRY_CV)
+from datagen.defaults import (DEFAULT_BATCH_SIZE, DEFAULT_BUILD_TIMEOUT_SEC,
+                              DEFAULT_EVOLVE_FRACTION, DEFAULT_PER_WORKLOAD, DEFAULT_PROTOCOL,
+                              DEFAULT_RETRY_CV, DEFAULT_RUN_TIMEOUT_SEC)
 from datagen.errors import UserError, run_command
-from datagen.measure import DEFAULT_PROTOCOL, DEFAULT_RUN_TIMEOUT_SEC
 
 DATA_ROOT = "data"
 

@@ -25,6 +25,8 @@ import sys
 import time
 
 from datagen import records
+from datagen.defaults import (DEFAULT_BATCH_SIZE, DEFAULT_EVOLVE_FRACTION, DEFAULT_PER_WORKLOAD,
+                              DEFAULT_RETRY_CV)
 from datagen.devices import host_cpu_model
 from datagen.errors import UserError
 from datagen.measure import (DEFAULT_RUN_TIMEOUT_SEC, OK, Measurer, MeasureResult, Tracker,
@@ -33,11 +35,6 @@ from datagen.sampler import Candidate, ScheduleSampler, derive_seed
 from datagen.tvm_env import describe_target, target_json, versions
 from datagen.workloads import Workload
 
-DEFAULT_PER_WORKLOAD = 32
-DEFAULT_BATCH_SIZE = 16
-DEFAULT_EVOLVE_FRACTION = 0.5
-# a candidate whose repeats spread more than this is measured again at the end of its round
-DEFAULT_RETRY_CV = 0.10
 STATE_COLUMNS = ["workload_key", "target", "device", "trace_hash", "status", "latency_median",
                  "trace", "round"]
 PARALLEL_DRAW_MIN_WORKLOADS = 8  # fewer are drawn in this process (see `draw_rounds`)

@@ -23,10 +23,8 @@ import statistics
 import tempfile
 import time
 
+from datagen.defaults import DEFAULT_PROTOCOL, DEFAULT_RUN_TIMEOUT_SEC
 from datagen.errors import UserError
-
-DEFAULT_PROTOCOL = {"warmup": 1, "repeat": 5, "number": 1, "min_repeat_ms": 20}
-DEFAULT_RUN_TIMEOUT_SEC = 10.0
 
 # status values of a measured candidate
 OK = "ok"

@@ -5,6 +5,7 @@ import threading
 import time
 
 import psutil
+import pytest
 
 
 def _workers() -> list[psutil.Process]:
@@ -38,6 +39,7 @@ def test_the_workers_start_before_the_first_build_and_end_at_shutdown():
     assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
 
 
+@pytest.mark.slow
 def test_a_builder_told_not_to_start_starts_its_workers_at_the_first_build():
     """A measurer that may never build (the tuning benchmark's own, with the runs side by side
     in processes of their own) starts no worker process, each of which would import TVM on a
@@ -70,6 +72,7 @@ exec g++ "$@"
 """
 
 
+@pytest.mark.slow
 def test_a_build_killed_mid_link_leaves_no_temporary_file(tmp_path, monkeypatch):
     """`shutdown` during a build kills the compiler the build runs, and that compiler's own
     temporary files (gcc's, made in TMPDIR) are in the builder's folder, deleted with it: a

@@ -179,6 +179,7 @@ def test_a_report_reads_finished_pairs_and_tunes_nothing(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_a_run_or_pair_measured_on_another_device_stops_the_comparison(tmp_path):
     """A comparison's runs share one device: a finished run that says it was measured on
     another one (a GPU, where this host measures on its CPU) stops the comparison before
