@@ -1,9 +1,11 @@
 """Bayesian optimisation over a workload's MetaSchedule design space, as a search strategy.
 
 Each round the strategy grows a pool of candidates (random replays of the design space and
-mutations of the best schedules so far), scores every unmeasured one with a surrogate and an
-acquisition function, and hands only the best `num_trials_per_iter` to MetaSchedule to build and
-measure; the results refit the surrogate. Two surrogates:
+mutations of the best schedules so far; with `generations`, also a few generations evolved, as
+EvolutionarySearch evolves its population, from the unmeasured candidates the surrogate's
+posterior ranks fastest), scores every unmeasured one with a surrogate and an acquisition
+function, and hands only the best `num_trials_per_iter` to MetaSchedule to build and measure;
+the results refit the surrogate. Three surrogates:
 
 - "prior-gp": the learned cost model's predicted log-latency is the prior mean, and a Gaussian
   process over the network's graph embeddings, fitted on this run's measurements, models the
@@ -280,6 +282,11 @@ class BayesOptSearch(PySearchStrategy):
         pool_size: new candidates drawn each round.
         evolve_fraction: share of the new candidates that mutate the best schedules so far.
         num_parents: how many of the best schedules are mutated.
+        generations: after the round's draw, how many generations evolve from the
+            `num_parents` unmeasured candidates of the pool whose posterior mean is fastest
+            (the surrogate refitted on this run's measurements, so a prior the measurements
+            contradict steers them less), each of `children` new candidates.
+        children: candidates per generation (default: a quarter of `pool_size`).
         kappa: exploration weight of "lcb".
         seed: seeds sampling and the surrogate; the same seed gives the same run.
         xgb: for "prior-mix", MetaSchedule's XGBModel pretrained on the checkpoint's training
@@ -288,7 +295,8 @@ class BayesOptSearch(PySearchStrategy):
 
     def __init__(self, predictor=None, surrogate: str = "prior-gp", acquisition: str = "ei",
                  pool_size: int = 256, evolve_fraction: float = 0.5, num_parents: int = 8,
-                 kappa: float = 1.96, seed: int = 0, xgb=None):
+                 generations: int = 0, children: int | None = None, kappa: float = 1.96,
+                 seed: int = 0, xgb=None):
         super().__init__()
         self.xgb = xgb
         surrogate_class = SURROGATES.get(surrogate)
@@ -298,12 +306,18 @@ class BayesOptSearch(PySearchStrategy):
         if surrogate_class.needs_model and predictor is None:
             raise UserError(f"the {surrogate} surrogate needs a cost-model checkpoint")
         self.predictor = predictor
+        if generations < 0 or (children is not None and children < 1):
+            raise UserError(f"generations must be at least 0 and children at least 1, not "
+                            f"{generations} and {children}")
         self.config = dict(surrogate=surrogate, acquisition=acquisition, pool_size=pool_size,
                            evolve_fraction=evolve_fraction, num_parents=num_parents,
+                           generations=generations,
+                           children=children if children is not None else max(1, pool_size // 4),
                            kappa=kappa, seed=seed)
         self.context = None
         self.sampler = None
         self.history: list[tuple[str, float]] = []  # (trace hash, seconds) in measured order
+        self.fitted_on: int | None = None  # measurements the surrogate was last fitted on
 
     def __repr__(self) -> str:
         return f"BayesOptSearch({self.config['surrogate']}, {self.config['acquisition']})"
@@ -334,6 +348,7 @@ class BayesOptSearch(PySearchStrategy):
         self.trials = 0
         self.round = 0
         self.pending: list = []
+        self.fitted_on = None
 
     def post_tuning(self) -> None:
         self.pool, self.pool_x, self.pool_prior, self.pending = [], [], [], []
@@ -347,19 +362,40 @@ class BayesOptSearch(PySearchStrategy):
             best = sorted(self.measured, key=lambda m: m[3])[:cfg["num_parents"]]
             new += self.sampler.evolve([m[0].trace_json for m in best], n_evolve, seed + 1,
                                        self.seen)
-        if not new:
-            return
-        x, prior = self.surrogate.features(new)
-        self.pool += new
-        self.pool_x += list(x)
-        self.pool_prior += list(prior)
+        self._add(new)
+        for generation in range(cfg["generations"]):
+            if not self.pool:
+                break
+            mu, _ = self._posterior()
+            parents = [self.pool[i].trace_json
+                       for i in np.argsort(mu, kind="stable")[:cfg["num_parents"]]]
+            if not self._add(self.sampler.evolve(parents, cfg["children"],
+                                                 seed + 2 + generation, self.seen)):
+                break  # no unseen mutation left
+
+    def _add(self, cands: list) -> int:
+        """Score `cands` with the surrogate and add them to the pool; how many were added."""
+        if cands:
+            x, prior = self.surrogate.features(cands)
+            self.pool += cands
+            self.pool_x += list(x)
+            self.pool_prior += list(prior)
+        return len(cands)
+
+    def _posterior(self) -> tuple[np.ndarray, np.ndarray]:
+        """The surrogate's posterior over the pool, refitted once per new measurement count
+        (a round's generations share the fit that its selection then uses)."""
+        ms = self.measured
+        if self.fitted_on != len(ms):
+            self.surrogate.fit(self.pool_x + [m[1] for m in ms], [m[1] for m in ms],
+                               np.array([m[2] for m in ms]), np.array([m[3] for m in ms]))
+            self.fitted_on = len(ms)
+        return self.surrogate.posterior(self.pool_x, np.array(self.pool_prior))
 
     def _select(self, k: int) -> list[int]:
         """Indices of the `k` pool candidates the acquisition function ranks highest."""
         ms = self.measured
-        self.surrogate.fit(self.pool_x + [m[1] for m in ms], [m[1] for m in ms],
-                           np.array([m[2] for m in ms]), np.array([m[3] for m in ms]))
-        mu, sigma = self.surrogate.posterior(self.pool_x, np.array(self.pool_prior))
+        mu, sigma = self._posterior()
         best = min((m[3] for m in ms), default=None)
         scores = acquisition_scores(self.config["acquisition"], mu, sigma, best,
                                     self.config["kappa"])

@@ -4,6 +4,8 @@ Every tuner in `TUNERS` runs inside MetaSchedule's own `tune_tir` / `tune_relax`
 builder, runner and JSON database, so they differ only in how they pick what to measure:
 
 - "bo": `BayesOptSearch` with the learned model as prior (GP residual, EI);
+- "bo-evo": "bo" whose pool also evolves a few generations from what its posterior ranks
+  fastest, as EvolutionarySearch evolves its population;
 - "bo-mix": `BayesOptSearch` whose prior mixes the network, its tree companion and the
   pretrained XGBModel, each weighted by how well it ranks the run's own measurements;
 - "ms-default": MetaSchedule's default, EvolutionarySearch with its XGBModel, which answers
@@ -100,6 +102,16 @@ def _bo(inputs: SearchInputs):
     from tuning.search import BayesOptSearch
 
     return BayesOptSearch(inputs.predictor, "prior-gp", inputs.acquisition,
+                          seed=inputs.seed), "random"
+
+
+@_tuner("bo-evo", "bo whose pool also evolves, each round, two generations from the unmeasured "
+        "candidates its posterior ranks fastest (EvolutionarySearch's way of growing a "
+        "population, the GP still correcting the prior)", needs_checkpoint=True)
+def _bo_evo(inputs: SearchInputs):
+    from tuning.search import BayesOptSearch
+
+    return BayesOptSearch(inputs.predictor, "prior-gp", inputs.acquisition, generations=2,
                           seed=inputs.seed), "random"
 
 

@@ -53,16 +53,16 @@ def test_acquisition_functions():
 
 
 def test_registries_name_their_pieces():
-    assert TUNERS.names() == ("bo", "bo-mix", "ms-default", "ms-xgb-pretrained", "ms-ours",
-                              "random", "ytopt")
+    assert TUNERS.names() == ("bo", "bo-evo", "bo-mix", "ms-default", "ms-xgb-pretrained",
+                              "ms-ours", "random", "ytopt")
     assert [n for n in TUNERS.names() if TUNERS.get(n).needs_checkpoint] == \
-        ["bo", "bo-mix", "ms-ours"]
+        ["bo", "bo-evo", "bo-mix", "ms-ours"]
     assert [n for n in TUNERS.names() if TUNERS.get(n).needs_pretrained_xgb] == \
         ["bo-mix", "ms-xgb-pretrained"]
     assert all(TUNERS.get(n).description for n in TUNERS.names())
     assert SURROGATES.names() == ("prior-gp", "prior-mix", "forest")
     assert make_search("ms-default", SearchInputs()) == ("evolutionary", "xgb")
-    with pytest.raises(UserError, match="unknown tuner 'nope'; choose one of bo, bo-mix, ms-default"):
+    with pytest.raises(UserError, match="unknown tuner 'nope'; choose one of bo, bo-evo, bo-mix, ms-default"):
         make_search("nope", SearchInputs())
     with pytest.raises(UserError, match="tuner 'bo' needs a cost-model checkpoint"):
         make_search("bo", SearchInputs())
@@ -272,3 +272,55 @@ def test_a_report_reads_pairs_of_other_models_but_never_mixes_two(tmp_path):
                {**pair, "models": {"checkpoints": [{"file": "gpu.ckpt", "sha256": "new"}]}})
     with pytest.raises(UserError, match="were made with different models"):
         report()
+
+
+def test_generations_evolve_the_pool_from_what_the_posterior_ranks_fastest():
+    """With `generations`, a round's pool also holds children of the unmeasured candidates the
+    surrogate's posterior ranks fastest, each generation from the pool as it then stands: new
+    schedules (none seen before), scored like the rest, and nothing is measured to get them."""
+    import types
+
+    from datagen.sampler import ScheduleSampler, trace_hash
+    from datagen.suites import resolve
+    from datagen.tvm_env import make_target
+    from tuning.search import BayesOptSearch, Surrogate
+
+    class Fixed(Surrogate):  # a prior that ranks schedules by a fixed function of their trace
+        fits = 0
+
+        def features(self, cands):
+            return [np.zeros(2) for _ in cands], np.array(
+                [int(c.trace_hash[:6], 16) for c in cands], float)
+
+        def fit(self, x_all, x, prior, y):
+            Fixed.fits += 1
+
+        def posterior(self, x, prior):
+            return np.asarray(prior, float), np.ones(len(prior))
+
+    (w,) = resolve(["dense/m32_n32_k32"])
+    search = BayesOptSearch(None, "forest", pool_size=16, generations=2, children=4,
+                            num_parents=3, seed=0)
+    search.context = types.SimpleNamespace(task_name="dense")
+    search.sampler = ScheduleSampler(w.mod, make_target(None))
+    search.surrogate = Fixed(None, 0)
+    search.seen, search.pool, search.pool_x, search.pool_prior = set(), [], [], []
+    search.measured, search.round = [], 0
+    parents_of = []
+    evolve = search.sampler.evolve
+    search.sampler.evolve = lambda parents, *rest: parents_of.append(
+        (parents, [c.trace_hash for c in search.pool])) or evolve(parents, *rest)
+    search._grow_pool()
+    assert len(parents_of) == 2 and len(search.pool) == 16 + 4 + 4
+    hashes = [c.trace_hash for c in search.pool]
+    assert len(set(hashes)) == len(hashes) == len(search.seen)
+    prior = dict(zip(hashes, search.pool_prior))
+    for parents, pool in parents_of:  # each generation's parents: the pool's 3 fastest then
+        fastest = sorted(pool, key=prior.get)[:3]
+        assert [trace_hash(p) for p in parents] == fastest
+    children = search.pool[16:]
+    assert {c.origin for c in children} == {"evolved"}
+    assert {c.parent_hash for c in children[:4]} <= set(sorted(hashes[:16], key=prior.get)[:3])
+    assert Fixed.fits == 1  # the round's generations share one fit
+    with pytest.raises(UserError, match="generations must be at least 0"):
+        BayesOptSearch(None, "forest", generations=-1)
