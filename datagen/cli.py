@@ -209,8 +209,8 @@ def _networks(args) -> int:
         names = args.extract or list(NETWORKS)
         result = extract(names, make_target(args.target, None), path,
                          progress=not args.no_progress)
-        print(f"{result['tasks']} distinct tasks of {len(names) - len(result['failed'])} "
-              f"networks written to {path}")
+        print(f"{len(names) - len(result['failed'])} networks extracted; the catalogue "
+              f"{path} holds {result['tasks']} distinct tasks of {result['networks']} networks")
         return 2 if result["failed"] else 0
     suites = network_suites(path)
     for name, net in NETWORKS.items():

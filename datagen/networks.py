@@ -186,7 +186,8 @@ def extract(names: list[str], target, path: str = CATALOG, progress: bool = True
     sources of `names` replace what the catalogue held for them (other networks are kept).
 
     A network that fails to build, export or import is reported on stderr and left as it
-    was; the others are written. Returns {"tasks": count, "failed": {network: reason}}.
+    was; the others are written. Returns {"tasks": the catalogue's distinct tasks,
+    "networks": how many networks it holds, "failed": {network: reason}}.
 
     Raises:
         UserError: an unknown network, or a model package that is not installed.
@@ -241,7 +242,7 @@ def extract(names: list[str], target, path: str = CATALOG, progress: bool = True
         for entry in entries:
             handle.write(json.dumps(entry, sort_keys=True) + "\n")
     load_catalog.cache_clear()
-    return {"tasks": len(entries), "failed": failed}
+    return {"tasks": len(entries), "networks": len(networks), "failed": failed}
 
 
 def _workload(entry: dict) -> Workload:

@@ -57,6 +57,7 @@ def test_tasks_are_deduplicated_across_networks_with_every_source(catalog):
     assert list(result["failed"]) == ["broken"] and "does not build" in result["failed"]["broken"]
     workloads = networks.load_catalog(path)
     assert result["tasks"] == len(workloads) and len({w.key for w in workloads}) == len(workloads)
+    assert result["networks"] == 2  # the two that built
     families = {w.family for w in workloads}
     assert {"conv2d", "depthwise_conv2d", "dense"} <= families
     # the 8x8 conv+ReLU occurs twice in each network: one task, both networks, weights summed
