@@ -139,9 +139,10 @@ def part(name, workloads, checkpoint, args, target, measurer) -> None:
     if not results:
         raise SystemExit(f"{name}: no finished (workload, seed) pair in {out}/pairs yet")
     budgets = sorted({16, 32, *args.trials})
-    summary = summarize(results, remeasured, budgets, trials, tuner_trials)
     with open(os.path.join(out, "results.json")) as f:
         done = json.load(f)
+    summary = summarize(results, remeasured, budgets, trials, tuner_trials,
+                        walls=done.get("wall_s"))
     summary["measured_on"] = sorted({describe_target(t) for per_seed in
                                      done["measured_on"].values() for t in per_seed})
     summary["devices"] = sorted({d for per_seed in done["devices"].values() for d in per_seed

@@ -185,7 +185,10 @@ def _compare(args) -> int:
         return 130
     finally:
         measurer.close()
-    summary = summarize(results, remeasured, budgets, args.trials)
+    from tuning.runs import read_json
+
+    walls = read_json(os.path.join(args.out, "results.json")).get("wall_s")
+    summary = summarize(results, remeasured, budgets, args.trials, walls=walls)
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     plot_curves(results, os.path.join(args.out, "curves.png"))

@@ -29,7 +29,9 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
                rounds: int = REMEASURE_ROUNDS,
                tuner_trials: dict[str, int] | None = None,
                finished_only: bool = False, jobs: int = 1) -> tuple[dict, dict]:
-    """Tune, then re-measure the finalists; also writes results.json.
+    """Tune, then re-measure the finalists; also writes results.json, which has besides
+    what is returned each run's wall time ("wall_s": {workload key: {tuner: [seconds, one
+    per seed, None where a pair made before this was recorded lacks it]}}).
 
     With `jobs` above 1, up to that many runs tune at once, each in a process of its own with
     a measurer like `measurer`, the pairs' runs in order, and each pair is re-measured as soon
@@ -56,6 +58,7 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
     budgets = sorted(set(remeasure_budgets or [trials]))
     runs_to = {t: min(trials, (tuner_trials or {}).get(t, trials)) for t in tuners}
     results: dict = {w.key: {t: [] for t in tuners} for w in workloads}
+    walls: dict = {w.key: {t: [] for t in tuners} for w in workloads}
     remeasured: dict = {w.key: {b: {t: [] for t in tuners if runs_to[t] >= b} for b in budgets}
                         for w in workloads}
     measured_on: dict = {w.key: [] for w in workloads}
@@ -87,6 +90,7 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
                              trials_per_iter, progress, rounds, models)
         for tuner in tuners:
             results[w.key][tuner].append(pair["curves"][tuner])
+            walls[w.key][tuner].append((pair.get("wall_s") or {}).get(tuner))
         for b in budgets:
             for tuner in remeasured[w.key][b]:
                 remeasured[w.key][b][tuner].append(pair["budgets"][str(b)][tuner])
@@ -94,7 +98,8 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
         devices[w.key].append(device_name(pair.get("device")))
         pair_seeds[w.key].append(seed)
     for key in [k for k, seeds_done in pair_seeds.items() if not seeds_done]:
-        del results[key], remeasured[key], measured_on[key], devices[key], pair_seeds[key]
+        del results[key], remeasured[key], measured_on[key], devices[key], pair_seeds[key], \
+            walls[key]
     named = sorted({d for per_seed in devices.values() for d in per_seed if d is not None})
     if len(named) > 1:  # a report's pairs (tuning checked its own device before)
         raise UserError(f"the pairs in {out}/pairs were measured on different devices "
@@ -111,5 +116,5 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
                 {"trials": trials, "tuner_trials": runs_to, "seeds": seeds,
                  "pair_seeds": pair_seeds, "measured_on": measured_on, "devices": devices,
                  "models": models,
-                 "curves": results, "remeasured": remeasured})
+                 "curves": results, "remeasured": remeasured, "wall_s": walls})
     return results, remeasured

@@ -1,7 +1,8 @@
 """The figures of a comparison.
 
 The summary gives, per workload and as a geometric mean over workloads, the best in-run latency
-at each budget and the trials to reach the reference's final latency, and, per pair of tuners
+at each budget, the trials to reach the reference's final latency and each tuner's wall time
+per trial (searching, building and measuring; where the runs recorded it), and, per pair of tuners
 (ours against each baseline), paired statistics over the (workload, seed) pairs: the
 re-measured latency ratio per pair, wins, ties (within 2%) and losses, the geometric-mean ratio
 with a paired bootstrap 95% interval, and the trials to reach the baseline's final latency.
@@ -43,12 +44,13 @@ def _geomean(values) -> float:
 
 
 def summarize(results: dict, remeasured: dict, budgets: list[int], trials: int,
-              tuner_trials: dict[str, int] | None = None) -> dict:
+              tuner_trials: dict[str, int] | None = None, walls: dict | None = None) -> dict:
     """In-run best latency per budget, re-measured finalists, trials to reach the reference's
-    best, per workload and over workloads, and the paired statistics of `paired_stats`.
+    best, wall time per trial (from `walls`, results.json's "wall_s"), per workload and over
+    workloads, and the paired statistics of `paired_stats`.
 
     Per workload and tuner: the median over seeds. Over workloads: the geometric mean of the
-    latencies and the median of the trials to reach. `to_reach` compares each seed with the
+    latencies and the median of the trials to reach and of the wall time per trial. `to_reach` compares each seed with the
     reference's run of the same seed (inf: never reached within the budget). A tuner given a
     smaller budget in `tuner_trials` has no figures at the budgets beyond it.
     """
@@ -66,6 +68,10 @@ def summarize(results: dict, remeasured: dict, budgets: list[int], trials: int,
             if ref:
                 row["to_reach"] = _median([
                     _trials_to_reach(c, _best_at(r, trials)) for c, r in zip(curves, ref)])
+            per_trial = [w / len(c) for w, c in zip(((walls or {}).get(key) or {}).get(tuner, []),
+                                                     curves) if w is not None and len(c)]
+            if per_trial:
+                row["s_per_trial"] = _median(per_trial)
             rows[tuner] = row
         summary["workloads"][key] = rows
     tuners = list(dict.fromkeys(t for rows in summary["workloads"].values() for t in rows))
@@ -77,6 +83,9 @@ def summarize(results: dict, remeasured: dict, budgets: list[int], trials: int,
         if reach:  # the median over workloads: a workload never reached counts as the worst
             geo["to_reach"] = _median(reach)
             geo["reached"] = f"{sum(math.isfinite(v) for v in reach)}/{len(reach)}"
+        per_trial = [r["s_per_trial"] for r in rows if "s_per_trial" in r]
+        if per_trial:
+            geo["s_per_trial"] = _median(per_trial)
         summary["geomean"][tuner] = geo
     summary["paired"] = paired_stats(results, remeasured, trials)
     return summary
@@ -156,7 +165,7 @@ def format_summary(summary: dict, descriptions: dict[str, str] | None = None) ->
                          if k.startswith("remeasured@")}, key=lambda k: int(k.split("@")[1]))
     head = f"{'tuner':<18}" + "".join(f"{f'best@{b} (us)':>15}" for b in budgets) + \
         "".join(f"{k.replace('remeasured', 're-measured') + ' (us)':>22}" for k in remeasured) + \
-        f"{'trials to reach ' + REFERENCE + '@max':>32}"
+        f"{'trials to reach ' + REFERENCE + '@max':>32}{'s/trial':>9}"
     lines = []
     if descriptions:
         lines += ["tuners (all in MetaSchedule's loop, same builder, runner and batch size):"]
@@ -173,11 +182,13 @@ def format_summary(summary: dict, descriptions: dict[str, str] | None = None) ->
         text = "" if reach is None else _fmt_trials(reach)
         if "reached" in row:
             text += f" (reached {row['reached']})"
-        return f"{tuner:<18}{cells}{text:>32}"
+        wall = f"{row['s_per_trial']:.2f}" if "s_per_trial" in row else "-"
+        return f"{tuner:<18}{cells}{text:>32}{wall:>9}"
 
     for key, rows in summary["workloads"].items():
         lines += [key, head] + [fmt_row(t, r) for t, r in rows.items()] + [""]
-    lines += ["geometric mean over workloads (trials to reach: median over workloads)", head]
+    lines += ["geometric mean over workloads (trials to reach, s/trial: median over workloads)",
+              head]
     lines += [fmt_row(t, r) for t, r in summary["geomean"].items()]
     if summary.get("paired"):
         lines += ["", "paired, on re-measured finalists (ratio < 1: ours faster; wins/ties/losses "

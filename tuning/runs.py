@@ -20,6 +20,7 @@ import lzma
 import math
 import os
 import shutil
+import time
 
 from datagen.errors import UserError, atomic_path
 from datagen.measure import device_name
@@ -141,13 +142,26 @@ def models_used(tuner: str, models: dict) -> dict:
 
 def tune_run(mod, target, tuner, trials, wd, measurer, inputs, trials_per_iter, progress,
               desc, uses) -> None:
-    """One tuner's run into `wd`, from scratch, marked done when it finished."""
+    """One tuner's run into `wd`, from scratch, marked done when it finished, with its wall
+    time (search, building and measuring: what the tuner costs its user)."""
     shutil.rmtree(wd, ignore_errors=True)
+    start = time.perf_counter()
     tune_workload(mod, target, tuner, trials, wd, measurer, inputs, trials_per_iter,
                   progress=progress, desc=desc)
     write_json(os.path.join(wd, "done"), {"trials": len(finished_curve(wd, 0) or []),
                                            "models": uses, "threads": inputs.threads,
-                                           "device": measurer.device})
+                                           "device": measurer.device,
+                                           "wall_s": time.perf_counter() - start})
+
+
+def wall_seconds(work_dir: str) -> float | None:
+    """The wall time a finished run took (None: unrecorded, as in runs made before it was)."""
+    try:
+        done = read_json(os.path.join(work_dir, "done"))
+    except (OSError, ValueError):
+        return None
+    wall = done.get("wall_s") if isinstance(done, dict) else None
+    return float(wall) if isinstance(wall, (int, float)) else None
 
 
 def run_pair(w, tuners, runs_to, budgets, seed, out, target, measurer, inputs,
@@ -171,7 +185,7 @@ def finish_pair(w, tuners, runs_to, budgets, seed, out, target, measurer, rounds
     curves = {t: finished_curve(dirs[t], 0) or [] for t in tuners}
     pair = remeasure_finalists(w, dirs, runs_to, budgets, target, measurer, rounds)
     pair.update(curves=curves, tuner_trials=runs_to, target=str(target), models=models,
-                device=measurer.device)
+                device=measurer.device, wall_s={t: wall_seconds(dirs[t]) for t in tuners})
     write_json(pair_file(out, w.key, seed), pair)
     return pair
 

@@ -114,6 +114,33 @@ def test_a_tuner_with_a_smaller_budget_is_compared_only_where_it_ran():
     assert bo_row.split()[1:5] == ["1000000.0", "-", "1000000.0", "-"]
 
 
+def test_the_summary_gives_each_tuners_wall_time_per_trial(tmp_path):
+    """From the runs' recorded wall times: per workload the median over seeds of seconds per
+    measured trial, over workloads the median; a run that recorded none has no figure."""
+    from tuning.report import format_summary, summarize
+    from tuning.runs import wall_seconds, write_json
+
+    curves = {"a": {"bo": [[3.0, 1.0], [2.0, 1.0]], "ms-default": [[2.0, 1.5, 1.2, 0.8]] * 2},
+              "b": {"bo": [[1.0, 1.0]] * 2, "ms-default": [[1.0] * 4] * 2}}
+    walls = {"a": {"bo": [4.0, 8.0], "ms-default": [40.0, None]},
+             "b": {"bo": [2.0, 2.0], "ms-default": [None, None]}}
+    summary = summarize(curves, {}, [2], 4, walls=walls)
+    assert summary["workloads"]["a"]["bo"]["s_per_trial"] == 3.0  # median of 2 and 4
+    assert summary["workloads"]["a"]["ms-default"]["s_per_trial"] == 10.0
+    assert "s_per_trial" not in summary["workloads"]["b"]["ms-default"]
+    assert summary["geomean"]["bo"]["s_per_trial"] == 2.0  # median of 3 and 1
+    assert summary["geomean"]["ms-default"]["s_per_trial"] == 10.0
+    rows = {line.split()[0]: line.split()[-1] for line in format_summary(summary).splitlines()
+            if line.startswith(("bo ", "ms-default "))}
+    assert rows == {"bo": "2.00", "ms-default": "10.00"}  # the last rows: over workloads
+    assert summarize(curves, {}, [2], 4)["geomean"]["bo"].get("s_per_trial") is None
+    # a finished run's marker holds its wall time; one written before does not
+    write_json(str(tmp_path / "done"), {"trials": 2, "wall_s": 5.5})
+    assert wall_seconds(str(tmp_path)) == 5.5
+    write_json(str(tmp_path / "done"), {"trials": 2})
+    assert wall_seconds(str(tmp_path)) is None and wall_seconds(str(tmp_path / "no")) is None
+
+
 def test_runs_and_pairs_of_other_models_are_not_read_back(tmp_path):
     import json
 

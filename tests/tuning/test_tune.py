@@ -212,6 +212,11 @@ def test_tune_compare_against_pretrained_xgb_with_remeasured_finalists(tiny_chec
     data = read_json(str(pair))
     assert data["rounds"] == 3 and all(len(v) == 3 for v in data["budgets"]["8"].values())
     assert json.loads(data["target"])["kind"] == "llvm" and set(data["curves"]) == set(tuners)
+    # each run's wall time, kept with the pair, as seconds per trial in the summary
+    assert set(data["wall_s"]) == set(tuners) and all(s > 0 for s in data["wall_s"].values())
+    for tuner, row in summary["workloads"][WORKLOAD].items():
+        assert row["s_per_trial"] == pytest.approx(data["wall_s"][tuner] / 8)
+    assert "s/trial" in proc.stdout
     # the pretrained XGBModel was fitted on the checkpoint's training records and cached
     assert len(list((out / "cache").glob("xgb-pretrained-*.xgb.npz"))) == 1
     assert (out / "curves.png").exists()
