@@ -195,9 +195,11 @@ class Tuning(Renderer):
     inrun.TUNER@B (its in-run best), ratio.A@B/C@D (the row's re-measured A@B over C@D),
     seeds.A@B/C@D (a workload's paired ratio of each seed: the median of its re-measurement
     rounds' ratios; A is one of ours, bo or ms-ours). Written WHERE#TUNER (geomean#bo), the
-    row is one tuner's: its FIELDs @B and inrun@B need no tuner, and reach is the trials the
+    row is one tuner's: its FIELDs @B and inrun@B need no tuner, reach is the trials the
     tuner took to reach the reference's (ms-default's) latency at the largest budget (the
-    median over seeds, and for geomean over workloads, with how many it reached). Or
+    median over seeds, and for geomean over workloads, with how many it reached), and wall
+    its wall time per trial in seconds (the median over seeds, and for geomean over
+    workloads). Or
     SELECTOR A@B/C@D, the pairs of that comparison, with FIELDs ratio (their geometric mean),
     ci95 (its 95% paired-bootstrap interval), wtl (wins / ties / losses), reach (the median of
     the trials A took to reach C's in-run best at D, and in how many pairs it did), workloads
@@ -230,6 +232,12 @@ class Tuning(Renderer):
             trials = row["to_reach"]
             text = f"{trials:.0f}" if math.isfinite(trials) else "never"
             return text + (f" ({row['reached']})" if "reached" in row else "")
+        if tuner and name == "wall":
+            row = self.tuners(where)[tuner]
+            if "s_per_trial" not in row:
+                raise TableError(f"{where}#{tuner} recorded no wall time (a comparison made "
+                                 "before runs kept theirs)")
+            return Figure(row["s_per_trial"], decimals=2)
         if tuner and name.startswith("@"):  # a tuner's row: its FIELDs name no tuner
             name = tuner + name
         elif tuner and name.startswith("inrun@"):

@@ -78,3 +78,18 @@ def test_an_unknown_kind_or_figure_is_one_line(tmp_path):
     (tmp_path / "results" / "broken.json").write_text("{not json")
     proc = tables(readme(tmp_path, MARKER.replace("report.json", "broken.json")))
     assert_clean_error(proc, "results/broken.json cannot be read", prog="tables")
+
+
+def test_a_tuning_table_shows_each_tuners_wall_time_per_trial(tmp_path):
+    summary = {"budgets": [8], "workloads": {}, "paired": [],
+               "geomean": {"bo": {"remeasured@8": 1e-4, "s_per_trial": 1.234},
+                           "ms-default": {"remeasured@8": 2e-4}}}
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "summary.json").write_text(json.dumps(summary))
+    marker = ('<!-- table: tuning results/summary.json head="tuner | us | s/trial"\n'
+              '    cols=@8,wall row="geomean#bo bo" -->')
+    path = readme(tmp_path, marker)
+    assert tables(path).returncode == 0
+    assert "| bo | 100.0 | 1.23 |" in path.read_text()
+    proc = tables(readme(tmp_path, marker.replace("geomean#bo bo", "geomean#ms-default ms")))
+    assert_clean_error(proc, "geomean#ms-default recorded no wall time", prog="tables")
