@@ -60,6 +60,8 @@ def _setup(args):
                         f"not {args.trials_per_iter}: a budget below one round measures nothing")
     if args.threads is not None and args.threads < 1:
         raise UserError(f"--threads must be at least 1, not {args.threads}")
+    if args.network_share is not None and not 0 <= args.network_share <= 1:
+        raise UserError(f"--network-share is a share in [0, 1], not {args.network_share}")
     torch_device(args.device)  # a device this torch cannot use fails before any work
     output_folder(args.out, create=False)  # likewise an --out that cannot be written
     target = make_target(args.target, args.threads)
@@ -69,13 +71,20 @@ def _setup(args):
     predictor = pretrained = None
     if any(t.needs_checkpoint or t.needs_pretrained_xgb for t in tuners):
         predictor = load_predictor(paths, target_kind=target.kind.name, device=args.device)
+        if args.network_share is not None:
+            if predictor.companion is None:
+                raise UserError(f"--network-share weighs the network against its tree "
+                                f"companion, and {paths[0]} has none beside it (`costmodel "
+                                "blend` writes one)")
+            predictor.companion.weight = args.network_share
     if any(t.needs_pretrained_xgb for t in tuners):
         pretrained = pretrained_xgb_file(paths[0], predictor.meta,
                                          os.path.join(args.out, "cache"), args.dataset,
                                          progress=not args.no_progress)
     measurer = Measurer(target, tracker=tracker, num_threads=args.threads)
     inputs = SearchInputs(predictor, getattr(args, "seed", 0),
-                          getattr(args, "acquisition", "ei"), None, pretrained)
+                          getattr(args, "acquisition", "ei"), None, pretrained,
+                          network_share=args.network_share if predictor is not None else None)
     return target, measurer, inputs
 
 
@@ -213,6 +222,10 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="candidates measured per round (the BO's top-k)")
     p.add_argument("--dataset", help="the records the checkpoint was trained on, for the "
                    "ms-xgb-pretrained baseline (default: the dataset the checkpoint names)")
+    p.add_argument("--network-share", type=float, metavar="W",
+                   help="the network's share of its blend with the tree companion beside the "
+                   "checkpoint, for this run: 1 the network alone, 0 the tree model alone "
+                   "(default: the companion file's)")
     p.add_argument("--no-progress", action="store_true")
 
 

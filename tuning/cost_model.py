@@ -1,9 +1,11 @@
-"""Our predictor as a MetaSchedule cost model: `tune_tir(..., cost_model=LearnedCostModel(...))`.
+"""Our models as MetaSchedule cost models: `tune_tir(..., cost_model=LearnedCostModel(...))`.
 
-A thin adapter over `costmodel.predictor.CostModelPredictor`: `predict` featurises the
-candidates and returns throughput scores (higher is better, positive, comparable across
-calls); `update` keeps the measured programs of the run and fine-tunes the network on them, so
-the model adapts to the workload being tuned.
+`LearnedCostModel` is a thin adapter over `costmodel.predictor.CostModelPredictor`: `predict`
+featurises the candidates and returns throughput scores (higher is better, positive,
+comparable across calls); `update` keeps the measured programs of the run and fine-tunes the
+network on them, so the model adapts to the workload being tuned. `MixtureCostModel` gives
+EvolutionarySearch what bo-mix ranks with: the network, its tree companion and the pretrained
+XGBModel mixed by how well each ranks the run's measurements, plus the GP on the residual.
 """
 
 from __future__ import annotations
@@ -77,3 +79,58 @@ class LearnedCostModel(PyCostModel):
         self._check_target(context)
         seconds = self.predictor.predict([cand.sch for cand in candidates])
         return (REFERENCE_SECS / seconds).astype("float64")
+
+
+@derived_object
+class MixtureCostModel(PyCostModel):
+    """bo-mix's surrogate (`tuning.search.PriorMix`) as EvolutionarySearch's cost model: each
+    `update` refits the mixture's weights and the GP on every measurement of the run, and
+    `predict` scores candidates by the posterior mean, as throughput relative to 1 us.
+
+    Args:
+        predictor: a `CostModelPredictor` (with its tree companion, if any).
+        xgb: MetaSchedule's XGBModel pretrained on the checkpoint's training records, or None.
+        seed: seeds the GP.
+    """
+
+    def __init__(self, predictor: CostModelPredictor, xgb=None, seed: int = 0):
+        super().__init__()
+        self.predictor, self.xgb, self.seed = predictor, xgb, seed
+        self.surrogate = None
+        self.measured: list[tuple] = []  # (embedding, prior parts, log seconds)
+
+    def load(self, path: str) -> None:
+        raise UserError("a mixture cost model is made from a checkpoint, not loaded from a file")
+
+    def save(self, path: str) -> None:
+        raise UserError("a mixture cost model lives only as long as its tuning run")
+
+    def _surrogate(self, context):
+        from tuning.search import PriorMix
+
+        if context.target.kind.name != self.predictor.target_kind:
+            raise UserError(f"the checkpoint was trained for {self.predictor.target_kind} "
+                            f"targets, not {context.target.kind.name}; pass a checkpoint "
+                            "trained for this target")
+        if self.surrogate is None:
+            self.surrogate = PriorMix(self.predictor, self.seed, xgb=self.xgb, context=context)
+        return self.surrogate
+
+    def update(self, context, candidates, results) -> None:
+        surrogate = self._surrogate(context)
+        ran = [(c, run_latency(r.run_secs, r.error_msg)) for c, r in zip(candidates, results)]
+        ran = [(c, s) for c, s in ran if s is not None]
+        if not ran:
+            return
+        x, parts = surrogate.features([c for c, _ in ran])
+        self.measured += [(e, p, float(np.log(s))) for e, p, (_, s) in zip(x, parts, ran)]
+        xs, ps, ys = zip(*self.measured)
+        surrogate.fit(list(xs), list(xs), np.stack(ps), np.array(ys))
+
+    def predict(self, context, candidates) -> np.ndarray:
+        surrogate = self._surrogate(context)
+        if not len(candidates):
+            return np.zeros(0)
+        x, parts = surrogate.features(candidates)
+        mu, _ = surrogate.posterior(x, parts)
+        return (REFERENCE_SECS / np.exp(mu)).astype("float64")

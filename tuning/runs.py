@@ -78,6 +78,9 @@ def model_ids(inputs: SearchInputs) -> dict:
     ids = {}
     if inputs.predictor is not None:
         ids["checkpoints"] = [ident(p) for p in inputs.predictor.files]  # and any companion
+        if inputs.network_share is not None:  # a blend weight other than the file's
+            ids["checkpoints"].append({"file": "network_share",
+                                       "sha256": f"{inputs.network_share:g}"})
     if inputs.pretrained_xgb:
         ids["pretrained_xgb"] = ident(inputs.pretrained_xgb)
     return ids

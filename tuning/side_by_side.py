@@ -139,6 +139,8 @@ def _tune_elsewhere(job: dict) -> str | None:
         if job["checkpoints"]:
             predictor = CostModelPredictor.load(job["checkpoints"], device=job["device"],
                                                 blend=job["blend"])
+            if job["inputs"].network_share is not None:  # the run's blend weight, as here
+                predictor.companion.weight = job["inputs"].network_share
         inputs = dataclasses.replace(job["inputs"], predictor=predictor, threads=threads)
         measurer = Measurer(target, **job["measurer"], device_lock=job["lock"],
                             runner_cpus=job["runner_cpus"])

@@ -11,6 +11,8 @@ builder, runner and JSON database, so they differ only in how they pick what to 
 - "ms-default": MetaSchedule's default, EvolutionarySearch with its XGBModel, which answers
   with random scores until it has 100 measurements;
 - "ms-ours": EvolutionarySearch with our model as its cost model (`LearnedCostModel`);
+- "ms-mix": EvolutionarySearch with bo-mix's mixed prior and GP as its cost model
+  (`MixtureCostModel`): with bo-mix, bo and ms-ours, the search x model ablation;
 - "random": ReplayTrace (random schedules of the design space);
 - "ytopt": `BayesOptSearch` with a random forest over decisions and LCB, no prior.
 
@@ -85,6 +87,7 @@ class SearchInputs:
     pretrained_xgb: str | None = None  # a `training.pretrained_xgb` file
     threads: int | None = None  # threads of a workload's search and its models (None:
     # MetaSchedule's default, the host's physical cores, which a network's search always uses)
+    network_share: float | None = None  # the predictor's blend weight, when set for the run
 
 
 def _tuner(name: str, description: str, needs_checkpoint: bool = False,
@@ -152,6 +155,17 @@ def _ms_ours(inputs: SearchInputs):
 
     kwargs = {} if inputs.adapt_steps is None else {"adapt_steps": inputs.adapt_steps}
     return "evolutionary", LearnedCostModel(inputs.predictor, **kwargs)
+
+
+@_tuner("ms-mix", "EvolutionarySearch + bo-mix's mixed prior and GP as its cost model (the "
+        "network, its tree companion and the pretrained XGBModel, weighted by how well each "
+        "ranks this run's measurements)", needs_checkpoint=True, needs_pretrained_xgb=True)
+def _ms_mix(inputs: SearchInputs):
+    from costmodel.store_models import load_xgb
+    from tuning.cost_model import MixtureCostModel
+
+    xgb = load_xgb(inputs.pretrained_xgb, seed=inputs.seed, threads=inputs.threads)
+    return "evolutionary", MixtureCostModel(inputs.predictor, xgb, inputs.seed)
 
 
 @_tuner("random", "ReplayTrace: random schedules of the design space")

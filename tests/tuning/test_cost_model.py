@@ -62,3 +62,35 @@ def test_a_checkpoint_of_another_target_kind_is_refused(tiny_checkpoint):
     with pytest.raises(RuntimeError, match=message):
         model.update(context, [candidate], [result])
     assert model.measured == []  # nothing learnt from the wrong target's programs
+
+
+def test_tune_tir_with_the_mixture_cost_model(tiny_checkpoint, tmp_path):
+    """ms-mix's cost model in a real `tune_tir`: EvolutionarySearch scores with it, and each
+    round's measurements reweigh the network and the pretrained XGBModel."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+    from costmodel.predictor import CostModelPredictor
+    from costmodel.store_models import load_xgb
+    from datagen.builder import PersistentBuilder
+    from datagen.tvm_env import make_target, metaschedule_logging
+    from datagen.workloads import Workload
+    from training.pretrained_xgb import pretrained_xgb_file
+    from tuning.cost_model import MixtureCostModel
+
+    predictor = CostModelPredictor.load(tiny_checkpoint)
+    xgb = load_xgb(pretrained_xgb_file(tiny_checkpoint, predictor.meta, str(tmp_path / "cache"),
+                                       progress=False))
+    model = MixtureCostModel(predictor, xgb, seed=0)
+    builder = PersistentBuilder("llvm")
+    try:
+        with metaschedule_logging():
+            ms.tune_tir(Workload("dense", (32, 32, 32)).mod, make_target(None),
+                        str(tmp_path / "work"), max_trials_global=8, num_trials_per_iter=4,
+                        builder=builder, cost_model=model, seed=0)
+    finally:
+        builder.shutdown()
+    assert len(JSONDatabase(work_dir=str(tmp_path / "work")).get_all_tuning_records()) >= 4
+    assert len(model.measured) >= 4  # update saw the measurements ...
+    assert model.surrogate.names == ["network", "xgb"]
+    assert model.surrogate.weight_log[-1]["measured"] == len(model.measured)  # ... and refitted

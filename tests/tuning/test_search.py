@@ -54,11 +54,11 @@ def test_acquisition_functions():
 
 def test_registries_name_their_pieces():
     assert TUNERS.names() == ("bo", "bo-evo", "bo-mix", "ms-default", "ms-xgb-pretrained",
-                              "ms-ours", "random", "ytopt")
+                              "ms-ours", "ms-mix", "random", "ytopt")
     assert [n for n in TUNERS.names() if TUNERS.get(n).needs_checkpoint] == \
-        ["bo", "bo-evo", "bo-mix", "ms-ours"]
+        ["bo", "bo-evo", "bo-mix", "ms-ours", "ms-mix"]
     assert [n for n in TUNERS.names() if TUNERS.get(n).needs_pretrained_xgb] == \
-        ["bo-mix", "ms-xgb-pretrained"]
+        ["bo-mix", "ms-xgb-pretrained", "ms-mix"]
     assert all(TUNERS.get(n).description for n in TUNERS.names())
     assert SURROGATES.names() == ("prior-gp", "prior-mix", "forest")
     assert make_search("ms-default", SearchInputs()) == ("evolutionary", "xgb")
@@ -351,3 +351,41 @@ def test_generations_evolve_the_pool_from_what_the_posterior_ranks_fastest():
     assert Fixed.fits == 1  # the round's generations share one fit
     with pytest.raises(UserError, match="generations must be at least 0"):
         BayesOptSearch(None, "forest", generations=-1)
+
+
+def test_the_mixture_cost_model_follows_the_part_that_ranks_the_measurements():
+    """ms-mix's cost model: before any measurement the network and its companion weigh
+    alike; once the run's measurements show the companion ranks them and the network ranks
+    them backwards, EvolutionarySearch's scores follow the companion (higher: faster)."""
+    import types
+
+    from tuning.cost_model import MixtureCostModel
+    from tuning.search import kendall
+
+    rng = np.random.default_rng(0)
+    y = rng.normal(-9, 1, 60)  # every candidate's true log-latency
+    emb = rng.standard_normal((60, 4))
+
+    def score_parts(schedules):
+        idx = np.array(schedules)
+        return -y[idx], -y[idx] + 0.05 * rng.standard_normal(len(idx)), emb[idx]
+
+    predictor = types.SimpleNamespace(target_kind="llvm", score_parts=score_parts,
+                                      companion=types.SimpleNamespace(name="lightgbm"))
+    model = MixtureCostModel(predictor, seed=0)._inst  # the Python side MetaSchedule calls
+    context = types.SimpleNamespace(target=types.SimpleNamespace(
+        kind=types.SimpleNamespace(name="llvm")))
+    cands = [types.SimpleNamespace(sch=i) for i in range(60)]
+    before = model.predict(context, cands[20:])
+    assert abs(kendall(before, -y[20:])) < 0.3  # a right and a wrong part, alike: no ranking
+    ok = [types.SimpleNamespace(run_secs=[float(np.exp(v))] * 3, error_msg=None) for v in y[:20]]
+    ok[0] = types.SimpleNamespace(run_secs=None, error_msg="build error")  # not a measurement
+    model.update(context, cands[:20], ok)
+    assert len(model.measured) == 19
+    assert model.surrogate.weights[1] > 0.9  # the companion's
+    after = model.predict(context, cands[20:])
+    assert kendall(after, -y[20:]) > 0.8 and (after > 0).all()
+    other = types.SimpleNamespace(target=types.SimpleNamespace(
+        kind=types.SimpleNamespace(name="cuda")))
+    with pytest.raises(UserError, match="trained for llvm targets, not cuda"):
+        model.predict(other, cands[:2])
