@@ -355,7 +355,7 @@ def test_a_gpu_lost_mid_tuning_is_one_line_and_keeps_the_trials_before(tmp_path)
     (["run", WORKLOAD, "--checkpoint", "missing.ckpt"], "does not exist"),
     (["run", WORKLOAD, "--trials", "4", "--trials-per-iter", "8"], "a budget below one round"),
     (["run", WORKLOAD, "--threads", "0"], "--threads must be at least 1"),
-    (["run", WORKLOAD, "--network-share", "1.5"], r"--network-share is a share in \[0, 1\]"),
+    (["run", WORKLOAD, "--network-share", "1.5"], "--network-share is a share in [0, 1]"),
     (["compare", WORKLOAD, "--network-share", "0.5"], "has none beside it"),  # no companion
     (["compare", WORKLOAD, "--budgets", "0", "8"], "--budgets are trial counts, at least 1"),
     (["compare", WORKLOAD, "--tuners", "ms-xgb-pretrained", "--dataset", "no/such/dir"],
