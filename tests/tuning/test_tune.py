@@ -362,8 +362,10 @@ def test_a_gpu_lost_mid_tuning_is_one_line_and_keeps_the_trials_before(tmp_path)
      "expected in no/such/dir, which does not exist; pass --dataset DIR"),
 ])
 def test_bad_input(args, match, tmp_path, tiny_checkpoint):
+    # in this process (each case in one of its own imported TVM and torch again: 15-25 s);
+    # the relative paths named exist nowhere, here or in the test's folder
     extra = [] if "--checkpoint" in args else ["--checkpoint", tiny_checkpoint]
-    proc = run_cli(*args, *extra, "--out", str(tmp_path / "o"), cwd=tmp_path, prog="tune")
+    proc = run_cli(*args, *extra, "--out", str(tmp_path / "o"), prog="tune")
     assert_clean_error(proc, match, prog="tune")
 
 
