@@ -1,7 +1,8 @@
 """`datagen`: collect, inspect and convert measured-schedule datasets.
 
     datagen collect [WORKLOAD|SUITE ...] --out DIR      sample, build, measure, commit
-    datagen stats DIR                                   summary per family and workload
+    datagen stats DIR [DIR ...]                         summary per family and workload; of
+                                                        several, what they hold together
     datagen compact DIR                                 rewrite the shards as one, far smaller
     datagen workloads [SUITE]                           list suites and workload keys
     datagen networks [--extract [NAME ...]]             real networks and their tasks
@@ -179,9 +180,14 @@ def _runtime_bundle(args) -> int:
 
 
 def _stats(args) -> int:
-    from datagen.stats import format_stats
+    from datagen.stats import format_stats, format_together
 
-    print(format_stats(args.dataset, by=args.by))
+    if len(args.dataset) == 1:
+        print(format_stats(args.dataset[0], by=args.by or "both"))
+        return 0
+    for root in args.dataset:  # one summary each, then what they hold together
+        print(format_stats(root, by=args.by or "none"))
+    print(format_together(args.dataset))
     return 0
 
 
@@ -317,9 +323,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dataset")
     p.set_defaults(func=_compact)
 
-    p = sub.add_parser("stats", help="summarise a dataset")
-    p.add_argument("dataset")
-    p.add_argument("--by", choices=["family", "workload", "both"], default="both")
+    p = sub.add_parser("stats", help="summarise a dataset, or several and what they hold "
+                       "together")
+    p.add_argument("dataset", nargs="+")
+    p.add_argument("--by", choices=["family", "workload", "both", "none"],
+                   help="the tables after each dataset's summary (default: both for one "
+                   "dataset, none for several)")
     p.set_defaults(func=_stats)
 
     p = sub.add_parser("workloads", help="list suites, or the workloads of one suite")

@@ -1,4 +1,7 @@
-"""`datagen stats`: counts, failures and latencies of a dataset, per family and per workload."""
+"""`datagen stats`: counts, failures and latencies of a dataset, per family and per workload;
+of several datasets (one per target), also what they hold together: records, and distinct tasks
+by structural hash (a generated task and a network task of the same computation are one), with
+how many of them have at least `ENOUGH` successful schedules on one target."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from datagen.measure import OK
 from datagen.records import read_records
 from datagen.errors import UserError
 
+ENOUGH = 16  # schedules of a task on one target that the cost model's data targets count
 COLUMNS = ["workload_key", "family", "status", "origin", "latency_median", "latency_cv",
            "retry_latencies", "target_kind", "cpu_model", "device", "num_threads", "protocol",
            "collected_at"]
@@ -50,8 +54,39 @@ def _devices(frame: pd.DataFrame) -> list[str]:
     return sorted(names)
 
 
+def task_hash(ir_json: str) -> str:
+    """The structural hash of a workload's IRModule (names and keys aside)."""
+    import tvm
+    import tvm_ffi
+
+    return f"{tvm_ffi.structural_hash(tvm.ir.load_json(ir_json), map_free_vars=True):016x}"
+
+
+def format_together(roots: list[str]) -> str:
+    """What the datasets in `roots` hold together, as text: records, targets, distinct tasks
+    (structural hash) and those with at least `ENOUGH` successful schedules on one target."""
+    counts: dict[tuple[str, str], int] = {}  # (task hash, target) -> ok schedules
+    records = ok_records = 0
+    hashes: dict[str, str] = {}  # workload IR -> task hash
+    targets = set()
+    for root in roots:
+        frame = read_records(root, columns=["workload_ir", "target", "status"])
+        records += len(frame)
+        frame = frame[frame["status"] == OK]
+        ok_records += len(frame)
+        for (ir, target), n in frame.groupby(["workload_ir", "target"]).size().items():
+            key = (hashes.setdefault(ir, task_hash(ir)), target)
+            counts[key] = counts.get(key, 0) + int(n)
+            targets.add(target)
+    tasks = {h for h, _ in counts}
+    enough = {h for (h, _), n in counts.items() if n >= ENOUGH}
+    return (f"together: {records} records, {ok_records} ok, of {len(targets)} targets; "
+            f"{len(tasks)} distinct tasks (structural hash), {len(enough)} with at least "
+            f"{ENOUGH} ok schedules on one target")
+
+
 def format_stats(root: str, by: str = "both") -> str:
-    """The summary of the dataset in `root` as text."""
+    """The summary of the dataset in `root` as text (`by` "none": its first lines only)."""
     frame = read_records(root, columns=COLUMNS)
     if frame.empty:
         raise UserError(f"{root} holds no records; collect some with 'datagen collect --out "

@@ -215,3 +215,40 @@ def test_a_write_error_is_one_line_and_keeps_what_was_committed(tmp_path):
     assert "the 2 records this writer committed before" in line and "run the same command" in line
     assert list(records.read_records(str(tmp_path)).trace_hash) == ["h0", "h1"]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp")] == []
+
+
+def test_stats_of_several_datasets_count_their_tasks_together(tmp_path):
+    """One task under two keys (a generated shape and a network task of the same computation)
+    is one distinct task; it counts as having 16 schedules only where one target measured
+    16 of them."""
+    import datetime
+
+    import tvm
+
+    from conftest import run_cli
+    from datagen.workloads import Workload
+
+    dense = tvm.ir.save_json(Workload("dense", (8, 8, 8)).mod)
+    softmax = tvm.ir.save_json(Workload("softmax", (4, 8)).mod)
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def rows(key, ir, target, n, status="ok", start=0):
+        return [{**_row(start + i), "workload_key": key, "workload_ir": ir, "target": target,
+                 "status": status, "family": key.split("/")[0], "target_kind": "llvm",
+                 "cpu_model": "cpu", "protocol": "{}", "num_threads": 2, "origin": "random",
+                 "latency_cv": 0.01, "retry_latencies": [], "collected_at": now}
+                for i in range(n)]
+
+    for name, target, batch in [
+            ("a", '{"mcpu": "a"}', rows("dense/a", dense, '{"mcpu": "a"}', 16)
+             + rows("dense/a", dense, '{"mcpu": "a"}', 1, "build_error", 16)),
+            ("b", '{"mcpu": "b"}', rows("torch/dense_x", dense, '{"mcpu": "b"}', 10)
+             + rows("softmax/s", softmax, '{"mcpu": "b"}', 3, start=10))]:
+        writer = records.ShardWriter(str(tmp_path / name))
+        writer.write(batch)
+        writer.close()
+    out = run_cli("stats", str(tmp_path / "a"), str(tmp_path / "b"), check=True).stdout
+    assert out.count("dataset ") == 2 and "best_us" not in out  # no tables for several
+    assert out.splitlines()[-1] == ("together: 30 records, 29 ok, of 2 targets; 2 distinct "
+                                    "tasks (structural hash), 1 with at least 16 ok schedules "
+                                    "on one target")
