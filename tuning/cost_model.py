@@ -25,6 +25,15 @@ ADAPT_LR = 1e-4
 REFERENCE_SECS = 1e-6  # scores are throughput relative to a 1 us program
 
 
+def check_target(predictor: CostModelPredictor, context) -> None:
+    """Raises: UserError: the tuned target is of another kind than the checkpoint's (its
+    featuriser would lower the candidates for the checkpoint's target)."""
+    kind = context.target.kind.name
+    if predictor.target_kind != kind:
+        raise UserError(f"the checkpoint was trained for {predictor.target_kind} targets, not "
+                        f"{kind}; pass a checkpoint trained for this target")
+
+
 @derived_object
 class LearnedCostModel(PyCostModel):
     """The GraphSAGE cost model inside MetaSchedule's search.
@@ -56,12 +65,7 @@ class LearnedCostModel(PyCostModel):
         self.predictor.save(path)
 
     def _check_target(self, context) -> None:
-        """Raises: UserError: the tuned target is of another kind than the checkpoint's (its
-        featuriser would lower the candidates for the checkpoint's target)."""
-        kind = context.target.kind.name
-        if self.predictor.target_kind != kind:
-            raise UserError(f"the checkpoint was trained for {self.predictor.target_kind} "
-                            f"targets, not {kind}; pass a checkpoint trained for this target")
+        check_target(self.predictor, context)
 
     def update(self, context, candidates, results) -> None:
         self._check_target(context)
@@ -108,10 +112,7 @@ class MixtureCostModel(PyCostModel):
     def _surrogate(self, context):
         from tuning.search import PriorMix
 
-        if context.target.kind.name != self.predictor.target_kind:
-            raise UserError(f"the checkpoint was trained for {self.predictor.target_kind} "
-                            f"targets, not {context.target.kind.name}; pass a checkpoint "
-                            "trained for this target")
+        check_target(self.predictor, context)
         if self.surrogate is None:
             self.surrogate = PriorMix(self.predictor, self.seed, xgb=self.xgb, context=context)
         return self.surrogate

@@ -50,9 +50,10 @@ def summarize(results: dict, remeasured: dict, budgets: list[int], trials: int,
     workloads, and the paired statistics of `paired_stats`.
 
     Per workload and tuner: the median over seeds. Over workloads: the geometric mean of the
-    latencies and the median of the trials to reach and of the wall time per trial. `to_reach` compares each seed with the
-    reference's run of the same seed (inf: never reached within the budget). A tuner given a
-    smaller budget in `tuner_trials` has no figures at the budgets beyond it.
+    latencies and the median of the trials to reach and of the wall time per trial.
+    `to_reach` compares each seed with the reference's run of the same seed (inf: never
+    reached within the budget). A tuner given a smaller budget in `tuner_trials` has no
+    figures at the budgets beyond it.
     """
     summary: dict = {"budgets": budgets, "workloads": {}, "geomean": {}}
     for key, by_tuner in results.items():
