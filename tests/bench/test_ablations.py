@@ -3,15 +3,13 @@ dataset, scored on the same held-out workloads, with their ensemble and a tree b
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
 
-from conftest import CLI_TIMEOUT_SEC, CONFIG, assert_clean_error, run_bench
+from conftest import CONFIG, assert_clean_error, run_bench
 
 BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "ablations.py")
 
@@ -33,11 +31,10 @@ def tiny_config(tiny_dataset, tmp_path) -> str:
 def test_the_ablation_bench_scores_variants_ensembles_and_a_baseline_and_resumes(
         tiny_config, tmp_path):
     out = tmp_path / "ablations"
-    args = [sys.executable, BENCH, "--config", tiny_config, "--variants", "base", "listmle",
+    args = ["--config", tiny_config, "--variants", "base", "listmle",
             "--seeds", "0", "1", "--max-epochs", "1", "--baselines", "xgb", "--out", str(out),
             "--cache-dir", str(tmp_path / "cache")]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC,
-                          cwd=tmp_path)
+    proc = run_bench("ablations.py", *args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["test_workloads"] == 1 and set(summary["variants"]) == {"base", "listmle"}
@@ -63,8 +60,7 @@ def test_the_ablation_bench_scores_variants_ensembles_and_a_baseline_and_resumes
     # resumed with the hybrid ablation, its weight chosen on validation: runs and the
     # baseline's held-out scores are read back, the baseline scores the validation side once
     hybrid_args = args + ["--hybrid", "xgb", "--hybrid-weight", "val"]
-    again = subprocess.run(hybrid_args, capture_output=True, text=True,
-                           timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    again = run_bench("ablations.py", *hybrid_args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count("read back") == 4 and "\ntraining " not in "\n" + again.stdout
     assert "baseline xgb on the test" not in again.stdout  # read back as well
@@ -78,8 +74,7 @@ def test_the_ablation_bench_scores_variants_ensembles_and_a_baseline_and_resumes
         c["top1_score"] for c in curve.values())
     assert f"base ensemble + xgb ({hybrid['weight']:.1f})" in again.stdout
     # a third run reads everything back and diagnoses: labels' ceiling, top-1's weight, fit
-    third = subprocess.run(hybrid_args + ["--diagnose"], capture_output=True, text=True,
-                           timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    third = run_bench("ablations.py", *hybrid_args + ["--diagnose"], cwd=tmp_path)
     assert third.returncode == 0, third.stderr[-3000:]
     assert "baseline xgb on the test" not in third.stdout  # only the fit sample is new
     assert "baseline xgb on the fit records" in third.stdout

@@ -4,23 +4,21 @@ resumed without measuring again; measurements made with other settings are refus
 import json
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 from scipy.stats import kendalltau
 
-from conftest import CLI_TIMEOUT_SEC
+from conftest import run_bench
 
 pytestmark = pytest.mark.slow
 
-BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "remeasure_heldout.py")
 SMALL_TASK_SEED = "7"  # draws a held-out matmul task of 32 schedules
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, BENCH, *args], capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT_SEC)
+def run(*args: str, isolated: bool = False) -> subprocess.CompletedProcess:
+    """The bench; it measures in a process of its own (`isolated`)."""
+    return run_bench("remeasure_heldout.py", *args, isolated=isolated)
 
 
 def test_a_held_out_task_is_measured_here_scored_and_resumed(tmp_path):
@@ -31,7 +29,7 @@ def test_a_held_out_task_is_measured_here_scored_and_resumed(tmp_path):
     # measuring, scoring and resuming, not how well a model ranks
     args = ["--tasks", "1", "--seed", SMALL_TASK_SEED, "--out", out, "--cache-dir", cache,
             "--checkpoint", checkpoints.path(), "--adapt", "4"]
-    proc = run(*args)
+    proc = run(*args, isolated=True)
     assert proc.returncode == 0, proc.stderr
     assert "0 measured already" in proc.stdout and "1/1 torch/matmul_" in proc.stdout
     (line,) = [json.loads(text) for text in open(os.path.join(out, "tasks.jsonl"))]

@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import types
 
 import numpy as np
@@ -18,7 +17,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import CLI_TIMEOUT_SEC, assert_clean_error, run_cli, train_tiny
+from conftest import assert_clean_error, run_bench, run_cli, train_tiny
 from costmodel import checkpoint, featurize
 from costmodel.model import batch_inputs, create_model
 from costmodel.normalization import EPS, Normalization
@@ -377,26 +376,32 @@ def test_fine_tuning_with_frozen_parts_trains_only_the_others(tiny_checkpoint, t
 @pytest.mark.slow
 def test_init_from_errors_through_the_cli(tiny_checkpoint, tiny_dataset, tmp_path):
     proc = train_tiny("--data.dataset", tiny_dataset, "--model.init_from", tiny_checkpoint,
-                      "--model.hidden", "32", "--trainer.fast_dev_run", "true", cwd=tmp_path)
+                      "--model.hidden", "32", "--trainer.fast_dev_run", "true", cwd=tmp_path,
+                      refused=True)
     assert_clean_error(proc, "has another architecture: hidden 16 there, 32 here "
                              "(--model.hidden)", prog="train")
     path, marker = crafted(tmp_path)
     proc = train_tiny("--data.dataset", tiny_dataset, "--model.init_from", path,
-                      "--trainer.fast_dev_run", "true", cwd=tmp_path)
+                      "--trainer.fast_dev_run", "true", cwd=tmp_path, refused=True)
     assert_clean_error(proc, "was refused", prog="train")
     assert not marker.exists()
     proc = train_tiny("--data.dataset", tiny_dataset, "--data.train_share", "0",
-                      "--trainer.fast_dev_run", "true", cwd=tmp_path)
+                      "--trainer.fast_dev_run", "true", cwd=tmp_path, refused=True)
     assert_clean_error(proc, "train_share must be in (0, 1], not 0.0", prog="train")
     proc = train_tiny("--data.dataset", tiny_dataset, "--model.init_from", tiny_checkpoint,
                       "--model.freeze", "[convs]", "--trainer.fast_dev_run", "true",
-                      cwd=tmp_path)
+                      cwd=tmp_path, refused=True)
     assert_clean_error(proc, "freeze: the model has no part 'convs'; its parts: "
                              "kind_embedding, feature_proj, layers, norms", prog="train")
     proc = train_tiny("--data.dataset", tiny_dataset, "--model.joint_head", "true",
-                      "--trainer.fast_dev_run", "true", cwd=tmp_path)
+                      "--trainer.fast_dev_run", "true", cwd=tmp_path, refused=True)
     assert_clean_error(proc, "joint_head gives another dataset's records a head of their own: "
                              "set data.joint_dataset too", prog="train")
+
+
+def transfer(args: list[str], cwd) -> subprocess.CompletedProcess:
+    """`python bench/transfer.py ARGS...` in `cwd` (its trainings run in processes of their own)."""
+    return run_bench("transfer.py", *args, cwd=cwd)
 
 
 def _transfer_bench():
@@ -445,12 +450,11 @@ def test_the_transfer_bench_writes_its_curve_and_resumes(tiny_checkpoint, tiny_d
                                                          tmp_path):
     """Two shares, one seed, both modes on the tiny dataset; run again, it reads them back."""
     out = tmp_path / "transfer"
-    args = [sys.executable, BENCH, "--dataset", tiny_dataset, "--init-from", tiny_checkpoint,
+    args = ["--dataset", tiny_dataset, "--init-from", tiny_checkpoint,
             "--split", "family", "--test-families", "softmax", "--val-fraction", "0.5",
             "--shares", "0.5", "1.0", "--seeds", "0", "--max-epochs", "1", "--out", str(out),
             "--cache-dir", str(tmp_path / "cache")]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC,
-                          cwd=tmp_path)
+    proc = transfer(args, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["test_workloads"] == 1 and summary["shares"] == [0.5, 1.0]
@@ -479,15 +483,13 @@ def test_the_transfer_bench_writes_its_curve_and_resumes(tiny_checkpoint, tiny_d
     assert (out / "transfer.png").stat().st_size > 1000
     assert "finetuned tau" in proc.stdout and "source, untrained: " in proc.stdout
     stamps = {p: os.path.getmtime(p) for p in glob.glob(str(out / "runs" / "*" / "*" / "*"))}
-    again = subprocess.run(args, capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC,
-                           cwd=tmp_path)
+    again = transfer(args, tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count("read back") == 4 and "\ntraining " not in "\n" + again.stdout
     assert stamps == {p: os.path.getmtime(p) for p in stamps}  # nothing was redone
     assert json.loads((out / "summary.json").read_text())["curves"] == summary["curves"]
     # --together: each share's scratch and fine-tuned models as one ensemble, nothing trained
-    both = subprocess.run(args + ["--together"], capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    both = transfer(args + ["--together"], tmp_path)
     assert both.returncode == 0, both.stderr[-3000:]
     assert "\ntraining " not in "\n" + both.stdout
     mixed = json.loads((out / "summary.json").read_text())["together"]
@@ -502,16 +504,13 @@ def test_the_transfer_bench_writes_its_curve_and_resumes(tiny_checkpoint, tiny_d
     expected = score(predictor, held_out, predictor.predict_records(held_out))["overall"]
     assert row["models"] == 2 and row["metrics"] == pytest.approx(expected, nan_ok=True)
     assert "the 2 models of scratch and finetuned of each seed as one ensemble" in both.stdout
-    alone = subprocess.run(args + ["--together", "--modes", "scratch"], capture_output=True,
-                           text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    alone = transfer(args + ["--together", "--modes", "scratch"], tmp_path)
     assert_clean_error(alone, "--together scores the models of several modes as one",
                        prog="transfer")
     os.remove(paths[1])
-    gone = subprocess.run(args + ["--together"], capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    gone = transfer(args + ["--together"], tmp_path)
     assert_clean_error(gone, "--together scores the runs' checkpoints", prog="transfer")
-    changed = subprocess.run(args[:-4] + ["--max-epochs", "2"] + args[-4:], capture_output=True,
-                             text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    changed = transfer(args[:-4] + ["--max-epochs", "2"] + args[-4:], tmp_path)
     assert_clean_error(changed, "was made with other settings (max_epochs)", prog="transfer")
 
 
@@ -522,12 +521,11 @@ def test_an_ensemble_run_trains_its_members_on_one_share_and_scores_them_togethe
     training seeded apart), scores their mean prediction as the run's and each alone; a run
     of another --ensemble is not read back as one, and 0 is refused."""
     out = tmp_path / "transfer"
-    args = [sys.executable, BENCH, "--dataset", tiny_dataset, "--init-from", tiny_checkpoint,
+    args = ["--dataset", tiny_dataset, "--init-from", tiny_checkpoint,
             "--split", "family", "--test-families", "softmax", "--val-fraction", "0.5",
             "--shares", "0.5", "--seeds", "3", "--modes", "scratch", "--max-epochs", "1",
             "--out", str(out), "--cache-dir", str(tmp_path / "cache")]
-    proc = subprocess.run(args + ["--ensemble", "2"], capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    proc = transfer(args + ["--ensemble", "2"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["ensemble"] == 2
@@ -553,11 +551,9 @@ def test_an_ensemble_run_trains_its_members_on_one_share_and_scores_them_togethe
     row = summary["curves"]["scratch"]["0.5"]
     assert row["members"]["top1_score"]["n"] == 2 and row["top1_score"]["n"] == 1
     assert "the 2 members of each seed's ensemble alone: tau" in proc.stdout
-    alone = subprocess.run(args, capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC,
-                           cwd=tmp_path)
+    alone = transfer(args, tmp_path)
     assert_clean_error(alone, "was made with other settings (ensemble)", prog="transfer")
-    zero = subprocess.run(args + ["--ensemble", "0"], capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    zero = transfer(args + ["--ensemble", "0"], tmp_path)
     assert_clean_error(zero, "--ensemble must be a positive number of models, not 0",
                        prog="transfer")
 
@@ -575,12 +571,11 @@ def test_with_steps_every_share_trains_the_same_steps(tiny_checkpoint, tiny_data
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((evaluated / "report.json").read_text())
     out = tmp_path / "transfer"
-    args = [sys.executable, BENCH, "--dataset", tiny_dataset, "--init-from", tiny_checkpoint,
+    args = ["--dataset", tiny_dataset, "--init-from", tiny_checkpoint,
             "--split", "family", "--test-families", "softmax", "--val-fraction", "0.5",
             "--shares", "0.25", "1.0", "--seeds", "0", "--modes", "scratch", "--steps", "12",
             "--max-epochs", "3", "--out", str(out), "--cache-dir", str(tmp_path / "cache")]
-    proc = subprocess.run(args + ["--reference", str(evaluated / "report.json")],
-                          capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    proc = transfer(args + ["--reference", str(evaluated / "report.json")], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "12 steps each" in proc.stdout
     summary = json.loads((out / "summary.json").read_text())
@@ -593,9 +588,7 @@ def test_with_steps_every_share_trains_the_same_steps(tiny_checkpoint, tiny_data
     (tmp_path / "other.json").write_text(json.dumps(report))
     for bad, message in ((tmp_path / "other.json", "scored"),
                          (tmp_path / "missing.json", "is no `costmodel evaluate` report.json")):
-        refused = subprocess.run(args + ["--reference", str(bad), "--shares", "0.5"],
-                                 capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC,
-                                 cwd=tmp_path)
+        refused = transfer(args + ["--reference", str(bad), "--shares", "0.5"], tmp_path)
         assert_clean_error(refused, message, prog="transfer")
     assert not (out / "runs" / "scratch" / "share0.5-seed0").exists()  # nothing trained
     records = {}
@@ -610,11 +603,9 @@ def test_with_steps_every_share_trains_the_same_steps(tiny_checkpoint, tiny_data
         assert validated.step.max() == 11  # 12 steps, numbered from 0
         assert metrics.epoch.max() >= 1  # more than one epoch of the tiny share
     assert records[0.25] < records[1.0]
-    again = subprocess.run(args[:-8] + ["--max-epochs", "3"] + args[-4:], capture_output=True,
-                           text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    again = transfer(args[:-8] + ["--max-epochs", "3"] + args[-4:], tmp_path)
     assert_clean_error(again, "was made with other settings (steps)", prog="transfer")
-    zero = subprocess.run(args[:-8] + ["--steps", "0"] + args[-4:], capture_output=True,
-                          text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    zero = transfer(args[:-8] + ["--steps", "0"] + args[-4:], tmp_path)
     assert_clean_error(zero, "--steps must be a positive number of optimiser steps, not 0",
                        prog="transfer")
 
@@ -779,13 +770,12 @@ def test_the_transfer_bench_trains_jointly(tiny_checkpoint, tiny_dataset, tmp_pa
     from costmodel.predictor import CostModelPredictor
 
     out = tmp_path / "transfer"
-    args = [sys.executable, BENCH, "--dataset", tiny_dataset, "--init-from", tiny_checkpoint,
+    args = ["--dataset", tiny_dataset, "--init-from", tiny_checkpoint,
             "--split", "family", "--test-families", "softmax", "--val-fraction", "0.5",
             "--shares", "1.0", "--seeds", "0", "--max-epochs", "1", "--modes", "scratch",
             "joint", "joint_heads", "finetuned_joint_heads", "--joint-dataset", GPU_DATASET, "--joint-share", "0.05",
             "--out", str(out), "--cache-dir", str(tmp_path / "c")]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC,
-                          cwd=tmp_path)
+    proc = transfer(args, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["modes"] == ["scratch", "joint", "joint_heads", "finetuned_joint_heads"]
@@ -817,8 +807,7 @@ def test_the_transfer_bench_trains_jointly(tiny_checkpoint, tiny_dataset, tmp_pa
     assert tuned.meta["joint"] == joint.meta["joint"] and "init_from" not in heads.meta
     assert tuned.meta["init_from"]["sha256"] == hashlib.sha256(
         open(tiny_checkpoint, "rb").read()).hexdigest()
-    bad = subprocess.run(args[:-4] + ["--joint-share", "2"] + args[-4:], capture_output=True,
-                         text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    bad = transfer(args[:-4] + ["--joint-share", "2"] + args[-4:], tmp_path)
     assert_clean_error(bad, "--joint-share must be in (0, 1], not 2.0", prog="transfer")
 
 
@@ -895,12 +884,11 @@ def test_the_transfer_bench_self_trains_on_the_other_modes_models(tiny_checkpoin
     order) labels the training records; the student trains from random weights on the share
     and on the others with those labels; its result says so and is read back."""
     out = tmp_path / "transfer"
-    args = [sys.executable, BENCH, "--dataset", tiny_dataset, "--init-from", tiny_checkpoint,
+    args = ["--dataset", tiny_dataset, "--init-from", tiny_checkpoint,
             "--split", "family", "--test-families", "softmax", "--val-fraction", "0.5",
             "--shares", "0.5", "--seeds", "0", "--max-epochs", "1", "--out", str(out),
             "--cache-dir", str(tmp_path / "cache")]
-    proc = subprocess.run(args + ["--modes", "self_trained", "scratch"], capture_output=True,
-                          text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    proc = transfer(args + ["--modes", "self_trained", "scratch"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.index("training scratch") < proc.stdout.index("training self_trained")
     summary = json.loads((out / "summary.json").read_text())
@@ -923,15 +911,12 @@ def test_the_transfer_bench_self_trains_on_the_other_modes_models(tiny_checkpoin
         list(zip(labels.workload_key, labels.trace_hash))].reset_index()
     np.testing.assert_allclose(labels.latency, predictor.predict_records(rows), rtol=1e-5)
     assert "self_trained tau" in proc.stdout
-    again = subprocess.run(args + ["--modes", "scratch", "self_trained"], capture_output=True,
-                           text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    again = transfer(args + ["--modes", "scratch", "self_trained"], tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count("read back") == 2
-    alone = subprocess.run(args + ["--modes", "self_trained"], capture_output=True, text=True,
-                           timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    alone = transfer(args + ["--modes", "self_trained"], tmp_path)
     assert_clean_error(alone, "self_trained learns from the models of the other --modes",
                        prog="transfer")
-    whole = subprocess.run(args + ["--shares", "1.0", "--modes", "scratch", "self_trained"],
-                           capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path)
+    whole = transfer(args + ["--shares", "1.0", "--modes", "scratch", "self_trained"], tmp_path)
     assert_clean_error(whole, "self_trained labels the records a share leaves out",
                        prog="transfer")
