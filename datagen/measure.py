@@ -298,7 +298,7 @@ class Measurer:
                  build_timeout: float | None = None, run_timeout: float = DEFAULT_RUN_TIMEOUT_SEC,
                  shared_library: bool | None = None, device_lock: str | None = None,
                  runner_cpus: list[int] | None = None, start_builder: bool = True):
-        from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, LocalRunner, RPCConfig, RPCRunner
+        from tvm.s_tir.meta_schedule.runner import EvaluatorConfig
 
         from datagen.builder import DEFAULT_BUILD_TIMEOUT_SEC, PersistentBuilder
         from datagen.tvm_env import default_num_threads
@@ -341,27 +341,44 @@ class Measurer:
         self.builder = PersistentBuilder(target.kind.name, build_workers,
                                          build_timeout or DEFAULT_BUILD_TIMEOUT_SEC,
                                          shared_library, self.kernel_cache, start_builder)
-        if tracker is None:
-            # set in the runner's worker process only, not in this one
-            self.runner = LocalRunner(timeout_sec=run_timeout, evaluator_config=evaluator,
-                                      initializer=functools.partial(_init_runner,
-                                                                    self.num_threads,
-                                                                    self.kernel_cache,
-                                                                    runner_cpus))
-            if device_lock is not None:
-                self.runner = _exclusive_runner_class()(self.runner, device_lock)
-        else:
-            from tvm.support.popen_pool import PopenPoolExecutor
+        self._runner = None
+        self._runner_args = evaluator, device_lock, runner_cpus
 
-            config = RPCConfig(tracker.host, tracker.port, tracker.key,
-                               session_timeout_sec=int(math.ceil(run_timeout)))
-            self.runner = RPCRunner(config, evaluator, max_workers=1)
-            # TVM's RPCRunner waits for its worker without a limit, so a run whose server went
-            # away (its request for a session pending for ever) would hang the collection: its
-            # worker gets the run timeout, as LocalRunner's does
-            unlimited, self.runner.pool = self.runner.pool, PopenPoolExecutor(
-                max_workers=1, timeout=config.session_timeout_sec)
-            unlimited.shutdown(wait=False)
+    @property
+    def runner(self):
+        """The runner: made, and its worker process started (TVM imported there: seconds),
+        at its first use, so that a measurer that only reads results back starts none."""
+        if self._runner is None:
+            self._runner = self._make_runner(*self._runner_args)
+        return self._runner
+
+    @runner.setter
+    def runner(self, runner) -> None:
+        self._runner = runner
+
+    def _make_runner(self, evaluator, device_lock: str | None, runner_cpus: list[int] | None):
+        from tvm.s_tir.meta_schedule.runner import LocalRunner, RPCConfig, RPCRunner
+
+        if self.tracker is None:
+            # set in the runner's worker process only, not in this one
+            runner = LocalRunner(timeout_sec=self.run_timeout, evaluator_config=evaluator,
+                                 initializer=functools.partial(_init_runner, self.num_threads,
+                                                               self.kernel_cache, runner_cpus))
+            if device_lock is not None:
+                runner = _exclusive_runner_class()(runner, device_lock)
+            return runner
+        from tvm.support.popen_pool import PopenPoolExecutor
+
+        config = RPCConfig(self.tracker.host, self.tracker.port, self.tracker.key,
+                           session_timeout_sec=int(math.ceil(self.run_timeout)))
+        runner = RPCRunner(config, evaluator, max_workers=1)
+        # TVM's RPCRunner waits for its worker without a limit, so a run whose server went
+        # away (its request for a session pending for ever) would hang the collection: its
+        # worker gets the run timeout, as LocalRunner's does
+        unlimited, runner.pool = runner.pool, PopenPoolExecutor(
+            max_workers=1, timeout=config.session_timeout_sec)
+        unlimited.shutdown(wait=False)
+        return runner
 
     def measure(self, mods: list, retry_cv: float | None = None) -> list[MeasureResult]:
         """Build all scheduled `mods`, then run the built ones one at a time.
@@ -433,10 +450,11 @@ class Measurer:
         from tvm.s_tir.meta_schedule.arg_info import ArgInfo
         from tvm.s_tir.meta_schedule.runner import RunnerInput
 
+        runner = self.runner  # its worker started (on first use) before the clock starts
         start = time.perf_counter()
         # arguments as the built function sees them (layout rewrites are undone)
         args_info = ArgInfo.from_entry_func(mod, remove_preproc=True)
-        (future,) = self.runner.run([RunnerInput(artifact_path, self.device_type, args_info)])
+        (future,) = runner.run([RunnerInput(artifact_path, self.device_type, args_info)])
         run = future.result()
         run_secs = time.perf_counter() - start
         self.run_wall += run_secs
@@ -486,7 +504,7 @@ class Measurer:
     def close(self) -> None:
         """Stop the builder's and the runner's worker processes."""
         self.builder.shutdown()
-        pool = getattr(getattr(self.runner, "runner", self.runner), "pool", None)
+        pool = getattr(getattr(self._runner, "runner", self._runner), "pool", None)
         if pool is not None:
             pool.shutdown(wait=False)
         if self.kernel_cache:

@@ -136,12 +136,13 @@ def kill_tree(proc: subprocess.Popen) -> None:
     proc.wait(timeout=10)
 
 
+SERVER_AFTER_TRACKER_SEC = 1.5
+
+
 @contextlib.contextmanager
 def loopback_rpc():
     """A TVM RPC tracker and one CPU server registered under key 'loopback-cpu'; on exit both
     are stopped with every process they started."""
-    from tvm import rpc
-
     port = free_port()
     key = "loopback-cpu"
     env = {**os.environ, "TVM_NUM_THREADS": "1"}
@@ -149,37 +150,41 @@ def loopback_rpc():
                                 "127.0.0.1", "--port", str(port), "--port-end",
                                 str(port + 1)], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
-    server = None
+    # both import TVM at once; the server tries the tracker once imported, then every 5 s:
+    # started a little later, its first try finds the tracker listening
+    time.sleep(SERVER_AFTER_TRACKER_SEC)
+    server = subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--tracker",
+                               f"127.0.0.1:{port}", "--key", key, "--host", "127.0.0.1"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                              start_new_session=True)
     try:
         deadline = time.time() + 60
-        while True:  # wait until the tracker listens
+        while key not in _tracker_summary(port):
             assert tracker.poll() is None, "the RPC tracker exited at start"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.2)
-        server = subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--tracker",
-                                   f"127.0.0.1:{port}", "--key", key, "--host", "127.0.0.1"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  env=env, start_new_session=True)
-        while key not in str(rpc.connect_tracker("127.0.0.1", port).summary()):
             assert server.poll() is None, "the RPC server exited at start"
             if time.time() > deadline:
                 raise TimeoutError("RPC server did not register with the tracker")
-            time.sleep(0.5)
+            time.sleep(0.2)
         yield {"address": f"127.0.0.1:{port}", "key": key, "procs": [tracker, server]}
     finally:
         for proc in (server, tracker):
-            if proc is not None:
-                kill_tree(proc)
+            kill_tree(proc)
 
 
-@pytest.fixture
+def _tracker_summary(port: int) -> str:
+    """The tracker's summary as text ("" while it does not listen yet)."""
+    from tvm import rpc
+
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return ""
+    return str(rpc.connect_tracker("127.0.0.1", port).summary())
+
+
+@pytest.fixture(scope="module")
 def rpc_tracker():
-    """`loopback_rpc` for one test."""
+    """`loopback_rpc` shared by a module's tests (none of which stops it)."""
     with loopback_rpc() as info:
         yield info
 

@@ -1,11 +1,13 @@
 """End-to-end collection with real builds and measurements on tiny workloads."""
 
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -95,6 +97,21 @@ def test_stats_summarises_families_and_workloads(tmp_path):
     assert not list((tmp_path / "empty").iterdir())
 
 
+@contextlib.contextmanager
+def temporary_folder(folder):
+    """This process's temporary folder (TMPDIR, and `tempfile`'s cached one) is `folder`."""
+    environ = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"], tempfile.tempdir = str(folder), None
+    try:
+        yield
+    finally:
+        if environ is None:
+            del os.environ["TMPDIR"]
+        else:
+            os.environ["TMPDIR"] = environ
+        tempfile.tempdir = None
+
+
 @pytest.mark.parametrize("args, message", [
     (["collect", "resnet5", "--out", "{out}"], "unknown workload or suite 'resnet5'"),
     (["collect", "dense/m0_n128_k128", "--out", "{out}"], "m must be an integer of at least 1"),
@@ -128,7 +145,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
             for a in args]
     scratch = tmp_path / "tmp"  # the command's temporary folder: left as it was
     scratch.mkdir()
-    assert_clean_error(run_cli(*args, env={"TMPDIR": str(scratch)}), message)
+    with temporary_folder(scratch):
+        assert_clean_error(run_cli(*args), message)
     assert not list(scratch.iterdir())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "tmp"]  # nothing written
 
@@ -273,6 +291,7 @@ def test_sigint_stops_after_the_program_being_measured_and_resume_finishes(tmp_p
 # be; the real runner fails, and the measurer's own check finds the device gone.
 LOSE_THE_GPU = """
 import sys
+import tempfile
 from datagen import cli, measure, records
 real_run, out = measure.Measurer._run, sys.argv[sys.argv.index("--out") + 1]
 

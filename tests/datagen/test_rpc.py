@@ -50,7 +50,7 @@ def test_a_gpu_target_through_servers_without_that_gpu_is_one_line(rpc_tracker, 
     assert not os.path.exists(out) or not shard_paths(out)
 
 
-def test_a_server_lost_mid_run_is_one_line_and_keeps_the_rounds_before(tmp_path):
+def test_a_server_lost_mid_run_is_one_line_and_keeps_the_rounds_before(rpc_tracker, tmp_path):
     """The server is killed once the first round is committed. The run in flight (or the next
     one, whose request for a session would wait for ever) fails, the tracker is asked again
     for the device, none answers within the run timeout: one line, exit status 2, the
@@ -73,8 +73,7 @@ def test_a_server_lost_mid_run_is_one_line_and_keeps_the_rounds_before(tmp_path)
                        "the cpu device disappeared while measuring (RPC tracker at")
     frame = read_records(out)
     assert len(frame) == 4 and set(frame["round"]) == {0} and (frame.status == "ok").all()
-    with loopback_rpc() as rpc:
-        run_cli(*args, "--tracker", rpc["address"], "--key", rpc["key"], check=True)
+    run_cli(*args, "--tracker", rpc_tracker["address"], "--key", rpc_tracker["key"], check=True)
     after = read_records(out)
     assert len(after) == 12 and after.trace_hash.is_unique
     assert set(frame.trace_hash) < set(after.trace_hash)
