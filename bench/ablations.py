@@ -65,7 +65,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import time
 
@@ -163,8 +162,9 @@ def train(args, variant: str, seed: int, work: str) -> tuple[str, float, float]:
     config = os.path.join(work, "run-config.json")
     write_json(config, run_config(args, variant, seed, work))
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "training.cli", "fit", "--config", args.config,
-                           "--config", config], capture_output=True, text=True)
+    from training.cli import train_process
+
+    proc = train_process(["fit", "--config", args.config, "--config", config])
     seconds = time.monotonic() - start
     with open(os.path.join(work, "train.log"), "w") as f:
         f.write(proc.stdout + proc.stderr)

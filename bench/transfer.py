@@ -73,7 +73,6 @@ import glob
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import numpy as np
@@ -190,8 +189,9 @@ def train(args, architecture: dict, mode: str, share: float, seed: int, work: st
     with open(config, "w") as f:
         json.dump(run_config(args, architecture, mode, share, seed, work, train_seed, teacher),
                   f, indent=1)
-    proc = subprocess.run([sys.executable, "-m", "training.cli", "fit", "--config", args.config,
-                           "--config", config], capture_output=True, text=True)
+    from training.cli import train_process
+
+    proc = train_process(["fit", "--config", args.config, "--config", config])
     with open(os.path.join(work, "train.log"), "w") as f:
         f.write(proc.stdout + proc.stderr)
     if proc.returncode != 0:

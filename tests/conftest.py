@@ -202,43 +202,20 @@ CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "graphsage.yam
 
 
 def train_tiny(*args: str, cwd, config: str = CONFIG,
-               refused: bool = False) -> subprocess.CompletedProcess:
+               command_line: bool = False) -> subprocess.CompletedProcess:
     """`train fit` in `cwd` on the tiny dataset's layout: softmax held out, a small network.
 
-    It trains in a process of its own (LightningCLI seeds and configures process-wide state);
-    a call the test expects to be `refused` before any training runs in this process, sparing
-    the import of Lightning and torch, with the working directory, the environment and the
-    random generators' states put back afterwards."""
+    It runs in a process of its own, forked from the server that imported Lightning, torch and
+    TVM once (`training.cli.train_process`); with `command_line`, as the `train` command started
+    anew (what DDP's launcher needs: it starts the command line again for each process)."""
     argv = ["fit", "--config", config, "--data.split", "family", "--data.test_families",
             "[softmax]", "--data.val_fraction", "0.5", "--model.hidden", "16", *args]
-    if refused:
-        return _refused_here(argv, cwd)
-    return subprocess.run([sys.executable, "-m", "training.cli", *argv], cwd=cwd,
-                          capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC)
+    if command_line:
+        return subprocess.run([sys.executable, "-m", "training.cli", *argv], cwd=cwd,
+                              capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC)
+    from training.cli import train_process
 
-
-def _refused_here(argv: list[str], cwd) -> subprocess.CompletedProcess:
-    import random
-
-    import numpy as np
-    import torch
-
-    environ, here, command_line = dict(os.environ), os.getcwd(), sys.argv
-    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
-    os.chdir(cwd)
-    sys.argv = ["train"]  # LightningCLI warns of a command line beside its args
-    try:
-        proc = _run_here("training.cli", "main", "train", argv)
-    finally:
-        os.chdir(here)
-        sys.argv = command_line
-        os.environ.clear()
-        os.environ.update(environ)
-        random.setstate(states[0])
-        np.random.set_state(states[1])
-        torch.set_rng_state(states[2])
-    assert proc.returncode != 0, "the call trained; run it in a process of its own"
-    return proc
+    return train_process(argv, cwd=str(cwd))
 
 
 @pytest.fixture(scope="session")

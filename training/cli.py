@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 
 from datagen.errors import UserError, run_command
@@ -80,6 +81,64 @@ def _fit(args: list[str] | None) -> int:
 def main(args: list[str] | None = None) -> int:
     """`train`: LightningCLI (fit, validate, test, predict)."""
     return run_command("train", _fit, args)
+
+
+# what every training process imports first (seconds): imported once, in the fork server
+FIT_PRELOAD = ["lightning.pytorch.cli", "training.data", "training.module", "costmodel.views", "tvm"]
+_fork_server = None
+
+
+def train_process(args: list[str], cwd: str | None = None) -> subprocess.CompletedProcess:
+    """`train ARGS...` in a process of its own (LightningCLI seeds and configures
+    process-wide state), run in `cwd`; the finished process, its output captured.
+
+    The process is forked from a server that imported Lightning, torch and the model once
+    (`FIT_PRELOAD`), rather than started anew (an import of seconds each): what the benchmarks
+    that train many models, and the tests, run. Not for DDP, whose launcher starts the
+    command line again: run `train` itself."""
+    global _fork_server
+    import multiprocessing
+    import tempfile
+
+    if _fork_server is None:
+        _fork_server = multiprocessing.get_context("forkserver")
+        _fork_server.set_forkserver_preload(FIT_PRELOAD)
+    with tempfile.TemporaryDirectory(prefix="train-") as logs:
+        out, err = os.path.join(logs, "stdout"), os.path.join(logs, "stderr")
+        child = _fork_server.Process(target=_train_child,
+                                     args=(args, cwd or os.getcwd(), dict(os.environ), out, err))
+        child.start()
+        child.join()
+        return subprocess.CompletedProcess(["train", *args], child.exitcode, _read(out),
+                                           _read(err))
+
+
+def _read(path: str) -> str:
+    """A file's text, "" if the process ended before it made it."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def _train_child(args: list[str], cwd: str, environ: dict, out: str, err: str) -> None:
+    """The forked process of `train_process`: the caller's folder and environment, its output
+    into the files `out` and `err`, `train ARGS` and its exit status."""
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(environ)
+    for stream, path in ((sys.stdout, out), (sys.stderr, err)):
+        stream.flush()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(fd, stream.fileno())
+        os.close(fd)
+    try:
+        status = main(args)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    sys.exit(status)
 
 
 def _evaluate(args) -> int:

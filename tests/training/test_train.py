@@ -28,7 +28,8 @@ def test_fast_dev_run_through_the_cli(tiny_dataset, tmp_path):
 def test_ddp_with_two_cpu_processes(tiny_dataset, tmp_path):
     proc = train("--data.dataset", tiny_dataset, "--trainer.max_epochs", "1",
                  "--trainer.strategy", "ddp", "--trainer.devices", "2",
-                 "--data.per_workload", "4", "--data.workloads_per_batch", "1", cwd=tmp_path)
+                 "--data.per_workload", "4", "--data.workloads_per_batch", "1", cwd=tmp_path,
+                 command_line=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "distributed_backend=gloo" in proc.stderr + proc.stdout
     assert glob.glob(str(tmp_path / "runs" / "graphsage" / "checkpoints" / "*.ckpt"))
@@ -121,7 +122,7 @@ def test_evaluate_writes_report_and_plots(checkpoint, tiny_dataset, tmp_path):
 def test_bad_input(tiny_dataset, tmp_path, args, message):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     proc = train("--data.dataset", tiny_dataset, "--trainer.fast_dev_run", "true", *args,
-                 cwd=tmp_path, refused=True)
+                 cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert message in proc.stderr and "Traceback" not in proc.stderr
 
@@ -160,7 +161,7 @@ def test_ckpt_path_resumes_what_fit_wrote_and_refuses_the_rest_in_one_line(
                                               "needs; train from its weights with "
                                               "--model.init_from")]:
         proc = train("--data.dataset", tiny_dataset, "--ckpt_path", str(tmp_path / name),
-                     cwd=tmp_path, refused=True)
+                     cwd=tmp_path)
         assert_clean_error(proc, message, prog="train")
     assert not marker.exists()
 
@@ -306,8 +307,7 @@ def mixed_target_copy(dataset: str, folder) -> str:
 
 def test_a_dataset_of_two_targets_is_refused(tiny_dataset, checkpoint, tmp_path):
     mixed = mixed_target_copy(tiny_dataset, tmp_path / "mixed")
-    proc = train("--data.dataset", mixed, "--trainer.fast_dev_run", "true", cwd=tmp_path,
-                 refused=True)
+    proc = train("--data.dataset", mixed, "--trainer.fast_dev_run", "true", cwd=tmp_path)
     assert_clean_error(proc, f"{mixed} mixes 2 targets (", prog="train")
     assert "train on one target: collect each into its own folder" in proc.stderr
     proc = run_cli("evaluate", checkpoint, "--dataset", mixed, "--out", str(tmp_path / "e"),
@@ -329,7 +329,7 @@ def test_a_checkpoint_of_another_target_kind_is_refused(checkpoint, tmp_path):
 
 def test_unknown_rank_loss_is_one_line(tiny_dataset, tmp_path):
     proc = train("--data.dataset", tiny_dataset, "--trainer.fast_dev_run", "true",
-                 "--model.rank_loss", "nope", cwd=tmp_path, refused=True)
+                 "--model.rank_loss", "nope", cwd=tmp_path)
     assert_clean_error(proc, "unknown rank loss 'nope'", prog="train")
 
 
@@ -352,7 +352,7 @@ def test_a_cosine_schedule_falls_over_all_of_trainings_steps(tiny_dataset, tmp_p
 
 def test_unknown_lr_schedule_is_one_line(tiny_dataset, tmp_path):
     proc = train("--data.dataset", tiny_dataset, "--trainer.fast_dev_run", "true",
-                 "--model.lr_schedule", "step", cwd=tmp_path, refused=True)
+                 "--model.lr_schedule", "step", cwd=tmp_path)
     assert_clean_error(proc, "unknown lr_schedule 'step'; choose one of constant, cosine",
                        prog="train")
 
@@ -382,7 +382,7 @@ def test_store_features_train_through_the_cli(tiny_dataset, tmp_path):
     np.testing.assert_allclose(predictor.predict(mods), predictor.predict_records(frame),
                                rtol=1e-5)
     proc = train("--data.dataset", tiny_dataset, "--trainer.fast_dev_run", "true",
-                 "--data.store_features", "true", cwd=tmp_path, refused=True)
+                 "--data.store_features", "true", cwd=tmp_path)
     assert proc.returncode != 0  # linked: only the model's flag sets it
 
 
@@ -445,7 +445,7 @@ def test_trace_features_train_through_the_cli(tiny_dataset, tmp_path):
                                rtol=1e-5)
     proc = train("--data.dataset", tiny_dataset, "--trainer.fast_dev_run", "true",
                  "--model.use_trace_features", "true", "--model.trace_layers", "0",
-                 cwd=tmp_path, refused=True)
+                 cwd=tmp_path)
     assert_clean_error(proc, "trace_layers must be at least 1, not 0", prog="train")
 
 

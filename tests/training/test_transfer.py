@@ -376,25 +376,24 @@ def test_fine_tuning_with_frozen_parts_trains_only_the_others(tiny_checkpoint, t
 @pytest.mark.slow
 def test_init_from_errors_through_the_cli(tiny_checkpoint, tiny_dataset, tmp_path):
     proc = train_tiny("--data.dataset", tiny_dataset, "--model.init_from", tiny_checkpoint,
-                      "--model.hidden", "32", "--trainer.fast_dev_run", "true", cwd=tmp_path,
-                      refused=True)
+                      "--model.hidden", "32", "--trainer.fast_dev_run", "true", cwd=tmp_path)
     assert_clean_error(proc, "has another architecture: hidden 16 there, 32 here "
                              "(--model.hidden)", prog="train")
     path, marker = crafted(tmp_path)
     proc = train_tiny("--data.dataset", tiny_dataset, "--model.init_from", path,
-                      "--trainer.fast_dev_run", "true", cwd=tmp_path, refused=True)
+                      "--trainer.fast_dev_run", "true", cwd=tmp_path)
     assert_clean_error(proc, "was refused", prog="train")
     assert not marker.exists()
     proc = train_tiny("--data.dataset", tiny_dataset, "--data.train_share", "0",
-                      "--trainer.fast_dev_run", "true", cwd=tmp_path, refused=True)
+                      "--trainer.fast_dev_run", "true", cwd=tmp_path)
     assert_clean_error(proc, "train_share must be in (0, 1], not 0.0", prog="train")
     proc = train_tiny("--data.dataset", tiny_dataset, "--model.init_from", tiny_checkpoint,
                       "--model.freeze", "[convs]", "--trainer.fast_dev_run", "true",
-                      cwd=tmp_path, refused=True)
+                      cwd=tmp_path)
     assert_clean_error(proc, "freeze: the model has no part 'convs'; its parts: "
                              "kind_embedding, feature_proj, layers, norms", prog="train")
     proc = train_tiny("--data.dataset", tiny_dataset, "--model.joint_head", "true",
-                      "--trainer.fast_dev_run", "true", cwd=tmp_path, refused=True)
+                      "--trainer.fast_dev_run", "true", cwd=tmp_path)
     assert_clean_error(proc, "joint_head gives another dataset's records a head of their own: "
                              "set data.joint_dataset too", prog="train")
 
