@@ -83,8 +83,10 @@ def main(args: list[str] | None = None) -> int:
     return run_command("train", _fit, args)
 
 
-# what every training process imports first (seconds): imported once, in the fork server
-FIT_PRELOAD = ["lightning.pytorch.cli", "training.data", "training.module", "costmodel.views", "tvm"]
+# what every training process imports first (seconds; TVM to featurise what is not cached):
+# imported once, in the fork server
+FIT_PRELOAD = ["lightning.pytorch.cli", "training.data", "training.module", "costmodel.views",
+               "tvm"]
 _fork_server = None
 
 
@@ -92,7 +94,7 @@ def train_process(args: list[str], cwd: str | None = None) -> subprocess.Complet
     """`train ARGS...` in a process of its own (LightningCLI seeds and configures
     process-wide state), run in `cwd`; the finished process, its output captured.
 
-    The process is forked from a server that imported Lightning, torch and the model once
+    The process is forked from a server that imported Lightning, torch, TVM and the model once
     (`FIT_PRELOAD`), rather than started anew (an import of seconds each): what the benchmarks
     that train many models, and the tests, run. Not for DDP, whose launcher starts the
     command line again: run `train` itself."""
