@@ -161,9 +161,9 @@ def train(args, variant: str, seed: int, work: str) -> tuple[str, float, float]:
     os.makedirs(work)
     config = os.path.join(work, "run-config.json")
     write_json(config, run_config(args, variant, seed, work))
-    start = time.monotonic()
     from training.cli import train_process
 
+    start = time.monotonic()
     proc = train_process(["fit", "--config", args.config, "--config", config])
     seconds = time.monotonic() - start
     with open(os.path.join(work, "train.log"), "w") as f:

@@ -64,11 +64,8 @@ class LearnedCostModel(PyCostModel):
     def save(self, path: str) -> None:
         self.predictor.save(path)
 
-    def _check_target(self, context) -> None:
-        check_target(self.predictor, context)
-
     def update(self, context, candidates, results) -> None:
-        self._check_target(context)
+        check_target(self.predictor, context)
         group = self.workloads.setdefault(context.task_name, len(self.workloads))
         for cand, res in zip(candidates, results):
             latency = run_latency(res.run_secs, res.error_msg)
@@ -80,7 +77,7 @@ class LearnedCostModel(PyCostModel):
                                  lr=self.adapt_lr)
 
     def predict(self, context, candidates) -> np.ndarray:
-        self._check_target(context)
+        check_target(self.predictor, context)
         seconds = self.predictor.predict([cand.sch for cand in candidates])
         return (REFERENCE_SECS / seconds).astype("float64")
 

@@ -54,8 +54,9 @@ def test_gpu_part_report_needs_no_gpu(tmp_path):
 
 @pytest.mark.slow
 def test_search_time_times_each_tuners_rounds_on_one_and_two_threads():
+    # the bench runs in this process, each thread count in a process of its own
     proc = run_bench("search_time.py", "dense/m32_n32_k32", "--target", "llvm", "--tuners",
-                     "bo", "ms-default", "--rounds", "2")  # each thread count in a process of its own
+                     "bo", "ms-default", "--rounds", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rounds = [line for line in proc.stdout.splitlines() if "round" in line and "wall" in line]
     assert len(rounds) == 8  # 2 tuners x 2 thread counts x 2 rounds

@@ -291,7 +291,6 @@ def test_sigint_stops_after_the_program_being_measured_and_resume_finishes(tmp_p
 # be; the real runner fails, and the measurer's own check finds the device gone.
 LOSE_THE_GPU = """
 import sys
-import tempfile
 from datagen import cli, measure, records
 real_run, out = measure.Measurer._run, sys.argv[sys.argv.index("--out") + 1]
 
