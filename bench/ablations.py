@@ -1,11 +1,11 @@
 """Benchmark: what each step of cost model v2 buys, scored on held-out networks (or on any
-split of `training.data`, the out-of-distribution ones included: a base config whose
+split of `costmodel.splits`, the out-of-distribution ones included: a base config whose
 `data.split` is novel-shapes, unseen-family or cross-suite with its `test_dataset`).
 
 Every variant trains with `train fit` (the base config, default configs/graphsage-networks.yaml,
 plus the variant's settings) once per seed, keeps its checkpoint of best validation Kendall tau,
 and is scored on the same held-out records: every workload that occurs only in the config's
-`test_networks` (`training.data.split_workloads`). Variants (`VARIANTS`):
+`test_networks` (`costmodel.splits.split_workloads`). Variants (`VARIANTS`):
 
 - base: MSE on log-latency plus the pairwise logistic rank loss, every label;
 - clean: as base, trained only on labels whose repeats spread at most 5% (`--data.max_cv`);
@@ -32,7 +32,7 @@ log-latency, `CostModelPredictor.load` of all of them). With `--hybrid BASELINE`
 (its ensemble) is also scored blended with that baseline, both standardised within each
 workload: whether the two views of a program complement each other (an ablation only); the
 blend is half and half, or `--hybrid-weight val` chooses it on the validation workloads. The
-baselines (MetaSchedule's XGBModel, TenSet's LightGBM and MLP; `training.baselines`) train once
+baselines (MetaSchedule's XGBModel, TenSet's LightGBM and MLP; `costmodel.baselines`) train once
 on the base split's training records. Which variant wins is decided on the validation
 workloads (the mean of the runs' best validation tau), never on the held-out networks: the
 table shows both.
@@ -185,7 +185,7 @@ class HeldOut:
 
     def __init__(self, args):
         from datagen.records import read_records
-        from training.data import (RECORD_COLUMNS, check_one_target, split_workloads, usable,
+        from costmodel.splits import (RECORD_COLUMNS, check_one_target, split_workloads, usable,
                                    with_test_dataset)
 
         data = base_config(args.config)["data"]
@@ -215,7 +215,7 @@ class HeldOut:
 
     def score(self, checkpoints: list[str]) -> dict:
         """Overall and per-network metrics of one checkpoint, or several as an ensemble."""
-        from training.evaluate import score
+        from costmodel.evaluate import score
 
         found = score(self.predictor(checkpoints), self.test)
         return {"overall": found["overall"], "per_network": found["per_network"],
@@ -228,7 +228,7 @@ class HeldOut:
         within its workload first: `weight` of ours, 1 - `weight` of the other's (the blend
         `costmodel blend` ships, `costmodel.blend.blend`)."""
         from costmodel.blend import blend
-        from training.evaluate import grouped_metrics
+        from costmodel.evaluate import grouped_metrics
 
         frame = getattr(self, side)
         keys = frame.workload_key
@@ -276,7 +276,7 @@ def baseline_scores(args, held: HeldOut, name: str, side: str = "test") -> np.nd
     kept yet (the test side, the validation side with --hybrid-weight val, the fit sample with
     --diagnose)."""
     from datagen.tvm_env import make_target
-    from training.baselines import BASELINES
+    from costmodel.baselines import BASELINES
 
     wanted = [s for s in SIDES if s in ("test", side) or (
         s == "val" and args.hybrid == name and args.hybrid_weight == "val" and len(held.val))
@@ -346,7 +346,7 @@ def label_ceiling(frame: pd.DataFrame, seed: int = 0) -> dict:
     """Kendall tau and top-1 of one repeat of each record ranked by another (both drawn at
     random from its repeats; mean of `CEILING_DRAWS` draws): what a model that knew every
     program's true latency would score against labels as noisy as these."""
-    from training.metrics import kendall_tau, top_k_score
+    from costmodel.metrics import kendall_tau, top_k_score
 
     rng = np.random.default_rng(seed)
     repeats = [np.asarray(r, float).ravel() for r in frame.latencies]
@@ -397,7 +397,7 @@ def fit(held: HeldOut, checkpoint_path: str, seed: int = 0) -> dict:
     """Overall metrics of one checkpoint on `fit_sample`'s training workloads (records it
     trained on), on the validation ones (it only chose its epoch there) and on the held-out
     ones, each side with its `worst_picks`."""
-    from training.evaluate import grouped_metrics
+    from costmodel.evaluate import grouped_metrics
 
     sides = {"train": fit_sample(held, seed), "val": held.val, "test": held.test}
     predictor = held.predictor([checkpoint_path])
@@ -414,7 +414,7 @@ def fit(held: HeldOut, checkpoint_path: str, seed: int = 0) -> dict:
 def diagnose(args, held: HeldOut, variants: dict) -> dict:
     """`--diagnose`: the labels' ceiling, top-1's weight, each variant's fit (first seed) and
     each baseline's on the same training workloads."""
-    from training.evaluate import grouped_metrics
+    from costmodel.evaluate import grouped_metrics
 
     out = {"label_ceiling": label_ceiling(held.test), "top1_weight": top1_weight(held.test),
            "fit": {}}
@@ -444,7 +444,7 @@ def diagnose(args, held: HeldOut, variants: dict) -> dict:
 
 def baseline(args, held: HeldOut, name: str) -> dict:
     """A tree baseline trained on the base split's training records, scored once (cached)."""
-    from training.evaluate import grouped_metrics
+    from costmodel.evaluate import grouped_metrics
 
     path = os.path.join(args.out, "baselines", f"{name}.json")
     wanted = {"config": portable(args.config), "dataset": held.dataset,

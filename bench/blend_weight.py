@@ -43,9 +43,9 @@ def cross_suite_curves(args) -> tuple[dict, dict]:
     from costmodel.predictor import CostModelPredictor
     from datagen.errors import UserError
     from datagen.records import read_records
-    from training.data import RECORD_COLUMNS, check_one_target, usable
-    from training.evaluate import grouped_metrics
-    from training.pretrained_xgb import beside
+    from costmodel.splits import RECORD_COLUMNS, check_one_target, usable
+    from costmodel.evaluate import grouped_metrics
+    from costmodel.pretrained_xgb import beside
 
     alone = CostModelPredictor.load(args.checkpoint, cache_dir=args.cache_dir, blend=False)
     xgb_file = beside(args.checkpoint)

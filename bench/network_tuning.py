@@ -257,7 +257,7 @@ def networks_part(args, target, measurer) -> dict:
         pairs = [read_json(os.path.join(folder, f)) for f in sorted(os.listdir(folder))] \
             if os.path.isdir(folder) else []
     else:
-        from training.pretrained_xgb import pretrained_xgb_file
+        from costmodel.pretrained_xgb import pretrained_xgb_file
 
         predictor = load_predictor(None)  # tune's default for this target, as tune run loads it
         xgb = pretrained_xgb_file(predictor.members[0].path, predictor.meta,

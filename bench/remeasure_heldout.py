@@ -56,7 +56,7 @@ def held_out(config: str, dataset: str | None) -> tuple[pd.DataFrame, str]:
     import yaml
 
     from datagen.records import read_records
-    from training.data import RECORD_COLUMNS, check_one_target, split_workloads, usable
+    from costmodel.splits import RECORD_COLUMNS, check_one_target, split_workloads, usable
 
     with open(config, encoding="utf-8") as handle:
         data = yaml.safe_load(handle)["data"]
@@ -85,7 +85,7 @@ def measure_task(records: pd.DataFrame, measurer) -> list[list[float] | None]:
 def scores(frame: pd.DataFrame, truth: str, predicted: np.ndarray) -> dict:
     """Kendall tau (mean over tasks) and top-1 score of `predicted` (lower is faster) against
     the latency column `truth`."""
-    from training.metrics import kendall_tau, top_k_score
+    from costmodel.metrics import kendall_tau, top_k_score
 
     labels = frame[truth].to_numpy()
     return {"kendall_tau": kendall_tau(frame.workload_key, labels, predicted),
@@ -95,7 +95,7 @@ def scores(frame: pd.DataFrame, truth: str, predicted: np.ndarray) -> dict:
 
 def per_task_tau(frame: pd.DataFrame, truth: str, predicted: np.ndarray) -> pd.Series:
     """Kendall tau of `predicted` against `truth`, task by task."""
-    from training.metrics import kendall_tau
+    from costmodel.metrics import kendall_tau
 
     labels = frame[truth].to_numpy()
     return pd.Series({key: kendall_tau(np.zeros(len(rows)), labels[rows], predicted[rows])
@@ -110,7 +110,7 @@ def model_predictions(frame: pd.DataFrame, checkpoint: str, cache_dir: str | Non
     from costmodel.predictor import CostModelPredictor
     from datagen.tvm_env import make_target
     from costmodel.store_models import load_xgb, predict_xgb
-    from training.pretrained_xgb import beside, fingerprint
+    from costmodel.pretrained_xgb import beside, fingerprint
 
     predictor = CostModelPredictor.load(checkpoint, cache_dir=cache_dir)
     graphs = list(predictor.featurizer.iter_records(
@@ -140,7 +140,7 @@ def adapted(frame: pd.DataFrame, model: dict, labels: str, measured: int, draws:
     embeddings)."""
     import copy
 
-    from training.metrics import kendall_tau, top_k_score
+    from costmodel.metrics import kendall_tau, top_k_score
     from tuning.cost_model import ADAPT_LR, ADAPT_STEPS
     from tuning.search import PriorGP
 
@@ -230,7 +230,7 @@ def plot(summary: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from training.figures import save_figure
+    from costmodel.figures import save_figure
 
     names = list(summary["per_task_tau"])
     values = [[v for v in summary["per_task_tau"][n].values() if v is not None] for n in names]

@@ -39,7 +39,7 @@ def one(args) -> None:
     from costmodel import checkpoints
     from datagen.suites import resolve
     from datagen.tvm_env import load_tensor_intrinsics, make_target
-    from training.pretrained_xgb import pretrained_xgb_file
+    from costmodel.pretrained_xgb import pretrained_xgb_file
     from tuning.tuner import SearchInputs, load_predictor
 
     target = make_target(args.target)

@@ -58,7 +58,7 @@ CLOSE = "-->"
 END = "<!-- end table -->"
 README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "README.md")
 
-# a metric's FIELD name -> its key in the result files (training/metrics.py)
+# a metric's FIELD name -> its key in the result files (costmodel/metrics.py)
 METRICS = {"tau": "kendall_tau", "top1": "top1_score", "top5": "top5_score",
            "apeak32": "apeak32", "opa": "opa", "ape": "ape", "mape": "mape"}
 ERRORS = ("ape", "mape")  # percentages: one decimal unless the field says otherwise
@@ -113,7 +113,7 @@ class Renderer:
 
 
 class Report(Renderer):
-    """`costmodel evaluate`'s report.json (training/evaluate.py).
+    """`costmodel evaluate`'s report.json (costmodel/evaluate.py).
 
     SELECTOR: a model of its "models" (graphsage, xgb, lightgbm, mlp): the mean over its runs,
     ± their standard deviation when it has several; MODEL.N: its run N alone (0 the first).

@@ -25,7 +25,7 @@ then undefined). The share is a seeded draw within each workload that keeps at l
 2 records of each (`--data.train_share`, `--data.share_seed` = the seed); the split (seeded by
 --split-seed) is the same for every run, and validation and test keep all their records. Each
 run keeps its checkpoint of best validation Kendall tau; it is scored on the held-out side with
-`costmodel evaluate`'s metrics (`training.evaluate.score`: Kendall tau, top-1 score, MAPE, and
+`costmodel evaluate`'s metrics (`costmodel.evaluate.score`: Kendall tau, top-1 score, MAPE, and
 the others, averaged over workloads). An epoch of a small share is a few steps, so
 --max-epochs trains it less than all records; --steps N trains every run N optimiser steps
 instead, validated --max-epochs times. With --ensemble K each run is K models trained on the
@@ -86,7 +86,7 @@ FINETUNED_MODES = ("finetuned", "finetuned_joint_heads")
 METRICS = ("kendall_tau", "top1_score", "mape")  # printed and summarised first
 PLOTTED = {"kendall_tau": "Kendall tau", "top1_score": "top-1 score"}
 TOGETHER = "together"  # --together's curve: every mode's models of a share and seed as one
-# `training.data.SPLITS` that hold out workloads of the one dataset
+# `costmodel.splits.SPLITS` that hold out workloads of the one dataset
 TRANSFER_SPLITS = ("shapes", "family", "network", "novel-shapes", "unseen-family")
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs",
                       "graphsage.yaml")
@@ -257,7 +257,7 @@ class HeldOut:
 
     def __init__(self, args):
         from datagen.records import read_records
-        from training.data import RECORD_COLUMNS, check_one_target, usable
+        from costmodel.splits import RECORD_COLUMNS, check_one_target, usable
 
         self.frame, _ = usable(read_records(args.dataset, RECORD_COLUMNS))
         check_one_target(self.frame, args.dataset)
@@ -324,7 +324,7 @@ class HeldOut:
 
     def metrics(self, predictor, keys: list[str], count_ranked: bool = False) -> dict:
         """`score`'s metrics of a loaded `CostModelPredictor`."""
-        from training.evaluate import score
+        from costmodel.evaluate import score
 
         records = self.records(keys)
         pred = predictor.predict_records(records)
@@ -470,7 +470,7 @@ def plot(summary: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from training.figures import save_figure
+    from costmodel.figures import save_figure
 
     curves = plotted_curves(summary)
     records = {}  # share -> training records it left
@@ -637,7 +637,7 @@ def bench(args) -> int:
     from costmodel import checkpoint
     from costmodel.predictor import torch_device
     from datagen.errors import UserError, output_folder
-    from training.data import check_share, split_workloads
+    from costmodel.splits import check_share, split_workloads
 
     for share in args.shares:
         check_share(share)

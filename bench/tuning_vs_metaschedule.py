@@ -114,7 +114,7 @@ def part(name, workloads, checkpoint, args, target, measurer) -> None:
     from tuning.compare import run_curves
     from tuning.report import format_summary, plot_curves, summarize
     from tuning.runs import model_ids, same_models
-    from training.pretrained_xgb import pretrained_xgb_file
+    from costmodel.pretrained_xgb import pretrained_xgb_file
     from tuning.tuner import TUNERS as REGISTRY
     from tuning.tuner import SearchInputs, load_predictor
 

@@ -7,6 +7,11 @@
 - `store_models`: the cost models on MetaSchedule's per-store features (XGBModel, LightGBM,
   TenSet's MLP), one interface: `fit`, `score`, `save`, `load_store_model`, `fitted_on`;
   `blend`, `companions`: such a model fitted beside a checkpoint and blended with it.
+- `splits`: which records train, validate and test (held-out shapes, families, networks, and
+  the splits out of distribution); `metrics`: the field's cost-model metrics; `baselines`: the
+  store models fitted and scored on those splits, by name in `BASELINES`; `evaluate` and `cli`:
+  the `costmodel` command (evaluate, convert, blend; `companion_fit`, `pretrained_xgb`: the
+  tree models fitted beside a checkpoint); `figures`: plots written atomically.
 - `checkpoint`: the one checkpoint format: save, safe load (no code runs), validation.
 - `predictor`: load a checkpoint (or a seed ensemble) and predict latencies; what `training`
   and `tuning` call.

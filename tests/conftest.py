@@ -21,7 +21,7 @@ needs_no_gpu = pytest.mark.skipif(GPU_HERE, reason="checks a host without a GPU;
 
 # each command's entry point, as pyproject.toml installs it
 COMMANDS = {"datagen": ("datagen.cli", "main"), "tune": ("tuning.cli", "main"),
-            "train": ("training.cli", "main"), "costmodel": ("training.cli", "costmodel_main")}
+            "train": ("training.cli", "main"), "costmodel": ("costmodel.cli", "main")}
 
 
 def run_cli(*args: str, cwd=None, check: bool = False, prog: str = "datagen",

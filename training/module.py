@@ -10,7 +10,7 @@ from costmodel import checkpoint, views
 from costmodel.losses import RANK_LOSSES, cost_model_loss
 from costmodel.model import MODELS, READOUTS, batch_inputs
 from datagen.errors import UserError
-from training.metrics import kendall_tau, top_k_score
+from costmodel.metrics import kendall_tau, top_k_score
 
 
 LR_SCHEDULES = ("constant", "cosine")

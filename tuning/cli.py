@@ -50,7 +50,7 @@ def _setup(args):
     from costmodel.predictor import torch_device
     from datagen.measure import Measurer, Tracker
     from datagen.tvm_env import make_target
-    from training.pretrained_xgb import pretrained_xgb_file
+    from costmodel.pretrained_xgb import pretrained_xgb_file
     from tuning.tuner import TUNERS, SearchInputs, load_predictor
 
     if args.trials < 1:

@@ -217,7 +217,7 @@ def plot_curves(results: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from training.figures import save_figure
+    from costmodel.figures import save_figure
 
     n = len(results)
     cols = min(n, 3)

@@ -84,7 +84,7 @@ class SearchInputs:
     seed: int = 0
     acquisition: str = "ei"
     adapt_steps: int | None = None
-    pretrained_xgb: str | None = None  # a `training.pretrained_xgb` file
+    pretrained_xgb: str | None = None  # a `costmodel.pretrained_xgb` file
     threads: int | None = None  # threads of a workload's search and its models (None:
     # MetaSchedule's default, the host's physical cores, which a network's search always uses)
     network_share: float | None = None  # the predictor's blend weight, when set for the run

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from datagen.errors import UserError
-from training.data import split_workloads
-from training.evaluate import choose_sides
+from costmodel.splits import split_workloads
+from costmodel.evaluate import choose_sides
 
 FAMILIES = {"dense": 5, "conv2d": 6, "softmax": 3, "pool2d": 1}
 
@@ -88,7 +88,7 @@ def test_evaluation_sides_follow_what_is_asked():
 
 
 def test_records_of_several_targets_are_refused():
-    from training.data import check_one_target
+    from costmodel.splits import check_one_target
 
     llvm = '{"kind": "llvm", "mcpu": "znver4"}'
     data = pd.DataFrame({"target": [llvm] * 3})
@@ -121,8 +121,8 @@ def scored_frame() -> pd.DataFrame:
 
 
 def test_per_network_rows_count_a_record_for_each_network_it_lists():
-    from training.evaluate import GRAPHSAGE, _markdown, grouped_metrics
-    from training.metrics import all_metrics
+    from costmodel.evaluate import GRAPHSAGE, _markdown, grouped_metrics
+    from costmodel.metrics import all_metrics
 
     data = scored_frame()
     pred = np.array([1.0, 2.0, 4.0, 40.0, 20.0, 10.0])  # dense/a right, conv2d/b backwards

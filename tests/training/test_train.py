@@ -240,7 +240,7 @@ def test_per_workload_normalisation_trains_a_relative_model(tiny_dataset, tmp_pa
     from costmodel import checkpoint as checkpoint_file
     from costmodel.predictor import CostModelPredictor
     from datagen.records import read_records
-    from training.metrics import kendall_tau
+    from costmodel.metrics import kendall_tau
 
     proc = train("--data.dataset", tiny_dataset, "--trainer.max_epochs", "4",
                  "--data.normalize_per_workload", "true", "--model.rank_loss", "lambdarank",

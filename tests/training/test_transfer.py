@@ -24,9 +24,9 @@ from costmodel.normalization import EPS, Normalization
 from costmodel.predictor import CostModelPredictor
 from datagen.errors import UserError
 from datagen.records import read_records
-from training.data import (JOINT_PREFIX, MIN_PER_WORKLOAD, RECORD_COLUMNS, ScheduleDataModule,
-                           share_of_records, usable)
-from training.evaluate import score
+from costmodel.evaluate import score
+from costmodel.splits import MIN_PER_WORKLOAD, RECORD_COLUMNS, share_of_records, usable
+from training.data import JOINT_PREFIX, ScheduleDataModule
 from training.module import CostModelModule
 
 GPU_TARGET = json.dumps({"kind": "cuda", "arch": "sm_90a"})
@@ -296,7 +296,6 @@ def test_refitted_targets_keep_the_inputs_and_standardise_the_new_records():
 def train_frame(dataset: str, sides: dict) -> pd.DataFrame:
     """The usable records of the training side, in the order training reads them."""
     from datagen.records import read_records
-    from training.data import RECORD_COLUMNS, usable
 
     frame, _ = usable(read_records(dataset, RECORD_COLUMNS))
     return frame[frame.workload_key.isin(sides["train"])].reset_index(drop=True)

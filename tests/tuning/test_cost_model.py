@@ -75,7 +75,7 @@ def test_tune_tir_with_the_mixture_cost_model(tiny_checkpoint, tmp_path):
     from datagen.builder import PersistentBuilder
     from datagen.tvm_env import make_target, metaschedule_logging
     from datagen.workloads import Workload
-    from training.pretrained_xgb import pretrained_xgb_file
+    from costmodel.pretrained_xgb import pretrained_xgb_file
     from tuning.cost_model import MixtureCostModel
 
     predictor = CostModelPredictor.load(tiny_checkpoint)

@@ -94,7 +94,7 @@ def test_bo_mix_tunes_with_the_network_and_the_pretrained_xgbmodel(tiny_checkpoi
     XGBModel's part (the tiny checkpoint has no LightGBM companion), reweighted online."""
     from costmodel.predictor import CostModelPredictor
     from costmodel.store_models import load_xgb
-    from training.pretrained_xgb import pretrained_xgb_file
+    from costmodel.pretrained_xgb import pretrained_xgb_file
     from tuning.search import BayesOptSearch
 
     predictor = CostModelPredictor.load(tiny_checkpoint)

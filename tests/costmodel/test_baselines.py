@@ -7,7 +7,7 @@ import pytest
 from datagen.records import read_records
 from datagen.tvm_env import make_target
 from costmodel.store_models import fit_xgb, predict_xgb
-from training.metrics import kendall_tau
+from costmodel.metrics import kendall_tau
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ def test_saved_xgb_loads_without_pickle_and_predicts_the_same(tiny_dataset, tmp_
 
 def test_lightgbm_fits_and_ranks_its_training_data(tiny_dataset):
     from costmodel.store_models import fit_lightgbm, per_store_features, predict_lightgbm
-    from training.baselines import BASELINES
+    from costmodel.baselines import BASELINES
 
     frame = read_records(tiny_dataset)
     frame = frame[frame.status == "ok"]
@@ -76,7 +76,7 @@ def test_lightgbm_fits_and_ranks_its_training_data(tiny_dataset):
 
 def test_tenset_mlp_fits_and_ranks_its_training_data(tiny_dataset):
     from costmodel.store_models import fit_tenset_mlp, per_store_features, predict_tenset_mlp
-    from training.baselines import BASELINES
+    from costmodel.baselines import BASELINES
 
     frame = read_records(tiny_dataset)
     frame = frame[frame.status == "ok"]

@@ -3,7 +3,7 @@
 TenSet's LightGBM (`costmodel.store_models.LightGBMStoreModel`, seed 0) is fitted on exactly
 the records the checkpoint was trained on and written beside it as `NAME.lgb.npz`; or
 (`--with xgb`) the checkpoint's pretrained XGBModel (`NAME.xgb.npz`, fitted if it is not there
-yet, `training.pretrained_xgb`) is given a blend weight. `CostModelPredictor.load` (so `tune`,
+yet, `costmodel.pretrained_xgb`) is given a blend weight. `CostModelPredictor.load` (so `tune`,
 `costmodel evaluate`, the MetaSchedule adapters) finds it and blends its predictions with the
 network's; a LightGBM companion comes first where both are there.
 """
@@ -44,8 +44,8 @@ def fit_companion(checkpoint_path: str, dataset: str | None = None,
     """
     from costmodel.store_models import LightGBMStoreModel, load_xgb, per_store_features
     from datagen.tvm_env import make_target
-    from training import pretrained_xgb
-    from training.data import training_records
+    from costmodel import pretrained_xgb
+    from costmodel.splits import training_records
 
     if model not in COMPANIONS:
         raise UserError(f"no companion model {model!r}; choose one of {', '.join(COMPANIONS)}")

@@ -28,7 +28,7 @@ def test_a_blended_checkpoint_predicts_the_blend_and_evaluates_as_it(own_checkpo
     from datagen.records import read_records
     from datagen.tvm_env import make_target
     from costmodel.store_models import fit_lightgbm, per_store_features, predict_lightgbm
-    from training.data import training_records, usable
+    from costmodel.splits import training_records, usable
     from tuning.runs import model_ids
     from tuning.tuner import SearchInputs
 
@@ -79,9 +79,9 @@ def test_a_checkpoint_blends_with_its_pretrained_xgbmodel_as_xgbmodel_predicts(
     from costmodel.predictor import CostModelPredictor
     from datagen.records import read_records
     from datagen.tvm_env import make_target
-    from training import pretrained_xgb
+    from costmodel import pretrained_xgb
     from costmodel.store_models import load_xgb, predict_xgb
-    from training.data import usable
+    from costmodel.splits import usable
     from tuning.search import PriorMix
 
     proc = run_cli("blend", own_checkpoint, "--with", "xgb", "--weight", "0.3",
@@ -152,7 +152,7 @@ def test_what_is_fitted_beside_a_checkpoint_of_a_share_sees_that_share(tiny_data
     from costmodel import blend
     from costmodel.checkpoint import load
     from datagen.records import read_records
-    from training.data import share_of_records, training_records, usable
+    from costmodel.splits import share_of_records, training_records, usable
 
     proc = train_tiny("--data.dataset", tiny_dataset, "--trainer.max_epochs", "1",
                       "--data.train_share", "0.5", "--data.share_seed", "3", cwd=tmp_path)

@@ -3,7 +3,7 @@
 Writes `report.json` (every metric, overall, per family and per network, per checkpoint and
 baseline, with the mean and spread over checkpoints trained with different seeds), a readable
 `report.md`, and plots: predicted against measured latency, and per-workload Kendall tau of
-each model. The baselines are `training.baselines.BASELINES` (MetaSchedule's XGBModel,
+each model. The baselines are `costmodel.baselines.BASELINES` (MetaSchedule's XGBModel,
 TenSet's LightGBM and MLP, `costmodel.store_models`), trained on the checkpoint's training
 workloads, once per checkpoint seed (on its own split, on the records it trained on: of a
 few-shot checkpoint, its share).
@@ -25,9 +25,9 @@ from costmodel.blend import TITLES
 from datagen.errors import UserError, output_folder
 from datagen.records import read_records
 from datagen.tvm_env import make_target
-from training.data import (OUT_OF_DISTRIBUTION, RECORD_COLUMNS, check_one_target,
-                           record_networks, records_trained_on, split_workloads, usable)
-from training.metrics import all_metrics, kendall_tau
+from costmodel.splits import (OUT_OF_DISTRIBUTION, RECORD_COLUMNS, check_one_target,
+                              record_networks, records_trained_on, split_workloads, usable)
+from costmodel.metrics import all_metrics, kendall_tau
 
 GRAPHSAGE = "graphsage"
 # metrics that compare predicted with measured latency: None for a model that predicts none
@@ -81,7 +81,7 @@ def _plots(test: pd.DataFrame, preds: dict[str, np.ndarray], out: str,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from training.figures import save_figure
+    from costmodel.figures import save_figure
 
     files = []
     fig, ax = plt.subplots(figsize=(5.5, 5))
@@ -235,7 +235,7 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
             records that cannot be drawn again from `dataset` for the baselines.
     """
     from costmodel.predictor import CostModelPredictor
-    from training.baselines import BASELINES
+    from costmodel.baselines import BASELINES
 
     names = (list(BASELINES.names()) if baselines is None else list(baselines)) \
         if baseline else []

@@ -5,9 +5,9 @@ import pytest
 
 from datagen.errors import UserError
 from datagen.workloads import UNSEEN_FAMILIES, from_key
-from training.data import (SUITE_COLUMN, buffer_shapes, shape_groups, split_workloads,
+from costmodel.splits import (SUITE_COLUMN, buffer_shapes, shape_groups, split_workloads,
                            with_test_dataset)
-from training.evaluate import choose_sides
+from costmodel.evaluate import choose_sides
 
 KEYS = [
     # three share the 64x64 input, two the 32x32 weight: one group of three, one of two
@@ -78,8 +78,6 @@ def test_cross_suite_tests_on_the_other_dataset(records, tmp_path):
 
 
 def test_cross_suite_refuses_another_target(tmp_path, monkeypatch):
-    from training import data
-
     other = pd.DataFrame({"workload_key": ["dense/m5_n7_k9"], "family": ["dense"],
                           "target": ['{"kind": "cuda"}'], "latency_median": [1e-3],
                           "status": ["ok"]})
@@ -87,4 +85,3 @@ def test_cross_suite_refuses_another_target(tmp_path, monkeypatch):
     mine = other.assign(target='{"kind": "llvm"}')
     with pytest.raises(UserError, match="compares suites on one target"):
         with_test_dataset(mine, "elsewhere", "here")
-    assert data.SUITE_COLUMN == SUITE_COLUMN

@@ -63,7 +63,7 @@ def write_pretrained_xgb(checkpoint_path: str, meta: dict, path: str,
     """
     from datagen.tvm_env import make_target
     from costmodel.store_models import fit_xgb, save_xgb
-    from training.data import training_records
+    from costmodel.splits import training_records
 
     frame = training_records(checkpoint_path, meta, dataset, "the ms-xgb-pretrained baseline")
     model = fit_xgb(frame, make_target(json.loads(meta["target"])), progress=progress)

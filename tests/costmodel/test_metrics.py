@@ -1,6 +1,6 @@
 import pytest
 
-from training import metrics
+from costmodel import metrics
 
 # two workloads: a has candidates with latency 1, 2, 4; b has 10, 20
 T = ["a", "a", "a", "b", "b"]

@@ -1,0 +1,123 @@
+"""The `costmodel` command: score, convert and blend checkpoints.
+
+    costmodel evaluate CHECKPOINT [CHECKPOINT ...] --dataset DIR --out DIR [--split shapes]
+        [--cache-dir .cache/features] [--no-blend]
+    costmodel convert OLD.ckpt NEW.ckpt
+    costmodel blend CHECKPOINT [--with lightgbm|xgb] [--dataset DIR] [--weight 0.5]
+        [--cache-dir .cache/features]
+
+`costmodel evaluate` scores checkpoints against the tree baselines (MetaSchedule's XGBModel,
+TenSet's LightGBM and MLP) on held-out workloads (`costmodel.evaluate`); `costmodel convert`
+rewrites a checkpoint of an older format in the current one; `costmodel blend` fits TenSet's
+LightGBM (or MetaSchedule's XGBModel) on a checkpoint's training records and writes it beside
+the checkpoint, which then predicts the blend of both (`costmodel.blend`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from datagen.errors import run_command
+
+
+def _evaluate(args) -> int:
+    from costmodel.evaluate import evaluate
+
+    report = evaluate(args.checkpoints, args.dataset, args.out, args.split, args.test_fraction,
+                      args.test_families, args.seed, baseline=not args.no_baseline,
+                      test_networks=args.test_networks, ensemble=args.ensemble,
+                      baselines=args.baselines, cache_dir=args.cache_dir,
+                      blend=not args.no_blend, train_dataset=args.train_dataset)
+    for name, m in report["models"].items():
+        cells = ", ".join(f"{k} {v:.3f}" for k, v in m["mean"].items() if v is not None)
+        print(f"{name}: {cells}")
+    print(f"report: {args.out}/report.md")
+    return 0
+
+
+def _convert(args) -> int:
+    from costmodel.checkpoint import FORMAT_VERSION, convert
+
+    convert(args.source, args.destination)
+    print(f"wrote {args.destination} (format {FORMAT_VERSION})")
+    return 0
+
+
+def _blend(args) -> int:
+    from costmodel.companion_fit import fit_companion
+
+    from costmodel import blend
+
+    path = fit_companion(args.checkpoint, args.dataset, args.weight, args.out, args.cache_dir,
+                         model=args.with_)
+    print(f"wrote {path}: {args.weight:g} of the network blended with "
+          f"{1 - args.weight:g} of {blend.TITLES[args.with_]}")
+    if args.with_ == "xgb" and os.path.isfile(lgb := blend.beside(args.checkpoint)):
+        print(f"note: {lgb} is beside the checkpoint and blends in its place; delete it to "
+              "blend with XGBModel")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`costmodel`: evaluate, convert and blend checkpoints."""
+    from costmodel.baselines import BASELINES
+    from costmodel.blend import DEFAULT_WEIGHT
+    from costmodel.companion_fit import COMPANIONS
+    from costmodel.splits import SPLITS
+
+    parser = argparse.ArgumentParser(prog="costmodel", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("evaluate", help="score checkpoints and the tree baselines")
+    p.add_argument("checkpoints", nargs="+", help="one checkpoint per training seed")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--out", required=True, help="folder for report.json, report.md, plots")
+    p.add_argument("--split", choices=SPLITS,
+                   help="default: the split the first checkpoint was trained on")
+    p.add_argument("--train-dataset", help="cross-suite: the records the checkpoint trained on "
+                   "(default: its own dataset); --dataset is the other suite, scored")
+    p.add_argument("--test-fraction", type=float, default=0.2)
+    p.add_argument("--test-families", nargs="*", help="hold these out (implies --split family)")
+    p.add_argument("--test-networks", nargs="*",
+                   help="hold these networks out (implies --split network)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ensemble", action="store_true",
+                   help="score the checkpoints as one ensemble (mean log-latency)")
+    p.add_argument("--baselines", nargs="+", choices=BASELINES.names(),
+                   help=f"baselines to score (default: all of {', '.join(BASELINES.names())})")
+    p.add_argument("--no-baseline", action="store_true", help="skip every baseline")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="read and add featurised records here (training's is .cache/features): "
+                   "what is cached is not lowered again (default: no cache)")
+    p.add_argument("--no-blend", action="store_true",
+                   help="score the network alone where a tree companion (NAME.lgb.npz, or "
+                   "NAME.xgb.npz with a blend weight: `costmodel blend`) is beside the checkpoint")
+    p.set_defaults(func=_evaluate)
+    p = sub.add_parser("convert", help="rewrite an older-format checkpoint in the current format")
+    p.add_argument("source")
+    p.add_argument("destination")
+    p.set_defaults(func=_convert)
+    p = sub.add_parser("blend", help="fit a tree model on a checkpoint's training records "
+                       "and write it beside the checkpoint, to blend with")
+    p.add_argument("checkpoint")
+    p.add_argument("--with", dest="with_", choices=COMPANIONS, default="lightgbm",
+                   help="TenSet's LightGBM (NAME.lgb.npz) or the pretrained XGBModel "
+                   "(NAME.xgb.npz, kept if there, given the weight) [lightgbm]")
+    p.add_argument("--dataset", help="the records it was trained on (default: the folder the "
+                   "checkpoint names)")
+    p.add_argument("--weight", type=float, default=DEFAULT_WEIGHT,
+                   help=f"the network's share of the blend, in [0, 1] (default {DEFAULT_WEIGHT})")
+    p.add_argument("--out", help="default: NAME.lgb.npz (NAME.xgb.npz) beside NAME.ckpt, "
+                   "where it is used")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="read and add per-store features here (training's is .cache/features)")
+    p.set_defaults(func=_blend)
+    args = parser.parse_args(argv)
+    return run_command("costmodel", args.func, args)
+
+
+
+if __name__ == "__main__":
+    sys.exit(main())
