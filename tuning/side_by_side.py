@@ -128,7 +128,6 @@ def _tune_elsewhere(job: dict) -> str | None:
     import tvm
 
     from costmodel.predictor import CostModelPredictor
-    from datagen.measure import Measurer
     from datagen.tvm_env import make_target
 
     try:
@@ -142,17 +141,53 @@ def _tune_elsewhere(job: dict) -> str | None:
             if job["inputs"].network_share is not None:  # the run's blend weight, as here
                 predictor.companion.weight = job["inputs"].network_share
         inputs = dataclasses.replace(job["inputs"], predictor=predictor, threads=threads)
-        measurer = Measurer(target, **job["measurer"], device_lock=job["lock"],
-                            runner_cpus=job["runner_cpus"])
+        measurer = _measurer_for(job, target)
         try:
             tune_run(tvm.ir.load_json(job["definition"]), target, job["tuner"], job["trials"],
                       job["work_dir"], measurer, inputs, job["trials_per_iter"], False, "",
                       job["uses"])
-        finally:
-            measurer.close()
+        except BaseException:
+            _drop_measurer()  # the next run starts from fresh workers
+            raise
     except Exception as err:  # noqa: BLE001  (the caller tunes this run again itself)
         return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
     return None
+
+
+_MEASURER: tuple | None = None  # in a worker of `_tune_side_by_side`: (settings, measurer)
+
+
+def _measurer_for(job: dict, target):
+    """The measurer of this worker process's runs, like the caller's (its programs taking
+    turns on the device, measured on `job["runner_cpus"]`): made at the process's first run
+    and kept for its next ones, as one measurer serves every run tuned one after another, so
+    that its build and run workers (each imports TVM: seconds) start once per process."""
+    import atexit
+
+    from datagen.measure import Measurer
+
+    global _MEASURER
+    settings = json.dumps([job["target"], job["measurer"], job["lock"], job["runner_cpus"]],
+                          sort_keys=True)
+    if _MEASURER is not None and _MEASURER[0] != settings:
+        _drop_measurer()
+    if _MEASURER is None:
+        measurer = Measurer(target, **job["measurer"], device_lock=job["lock"],
+                            runner_cpus=job["runner_cpus"])
+        atexit.register(measurer.close)  # as the pool ends this process
+        _MEASURER = (settings, measurer)
+    return _MEASURER[1]
+
+
+def _drop_measurer() -> None:
+    """Close this process's kept measurer, if any."""
+    import atexit
+
+    global _MEASURER
+    if _MEASURER is not None:
+        atexit.unregister(_MEASURER[1].close)
+        _MEASURER[1].close()
+        _MEASURER = None
 
 
 def _tune_side_by_side(runs: list[dict], target, measurer, inputs, trials_per_iter, jobs,
