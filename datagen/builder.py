@@ -2,12 +2,13 @@
 
 `LocalBuilder` starts a fresh process pool on every `build()` call, and each new worker
 imports every backend's tensor intrinsics (tens of seconds) before its first build. This
-builder keeps one pool for its whole life, started as the builder is made (the workers
-import TVM, and where they compile CUDA kernels precompile NVRTC's headers, while the caller
-goes on), its workers import only the intrinsics of the target being built, and a worker is
-recycled after `MAX_USES_PER_WORKER` builds to bound the memory that long-lived TVM processes
-accumulate. The build itself is MetaSchedule's own
-`default_build` and `default_export`, so artifacts are the same as LocalBuilder's. Every
+builder keeps one pool for its whole life, started as the builder is made (where they
+compile CUDA kernels, the workers precompile NVRTC's headers while the caller goes on), its
+workers are forked from a server that imported TVM once per process (`datagen.fork_pool`)
+and import only the intrinsics of the target being built, and a worker is recycled after
+`MAX_USES_PER_WORKER` builds to bound the memory that long-lived TVM processes accumulate.
+The build itself is MetaSchedule's own `default_build` and `default_export`, so artifacts
+are the same as LocalBuilder's. Every
 artifact lands in a temporary folder of the builder's own (`scratch`), which `shutdown`
 deletes: what was built but never measured (a stop while the next wave builds, a build killed
 at its timeout) leaves nothing behind.
@@ -21,12 +22,11 @@ import tempfile
 import time
 import weakref
 
-import psutil
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
-from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 from datagen.defaults import DEFAULT_BUILD_TIMEOUT_SEC
+from datagen.fork_pool import OK, TIMEOUT, ForkPool
 
 MAX_USES_PER_WORKER = 256
 TIMEOUT_PREFIX = "Build timeout"
@@ -54,10 +54,6 @@ def _init_worker(target_kind: str, kernel_cache: str | None = None,
             _compiles_kernels = False
 
 
-def _ready() -> None:
-    """Nothing: each worker's first job, sent as the builder starts (see `PersistentBuilder`)."""
-
-
 def _build_one(mod, target, shared_library: bool,
                kernel_cache: str | None = None) -> tuple[str, float]:
     """Runs in a worker: build and export one module; return (artifact path, seconds).
@@ -83,34 +79,6 @@ def _build_one(mod, target, shared_library: bool,
     return artifact, secs
 
 
-def _kill_process_tree(pid: int) -> list[psutil.Process]:
-    """Kill a process and every process below it (a build's compiler and linker); return them."""
-    try:
-        root = psutil.Process(pid)
-        tree = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-    for process in tree:
-        try:
-            process.kill()
-        except psutil.NoSuchProcess:
-            pass
-    return tree
-
-
-def _wait_ended(processes: list[psutil.Process], timeout: float) -> None:
-    """Wait until every one of `processes` has ended (gone, or a zombie not yet reaped)."""
-    def running(process: psutil.Process) -> bool:
-        try:
-            return process.status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return False
-
-    deadline = time.monotonic() + timeout
-    while any(running(p) for p in processes) and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
 def remove_artifact(path: str | None) -> None:
     """Delete a build artifact and the temporary folder TVM made for it."""
     if path:
@@ -130,7 +98,7 @@ class PersistentBuilder(PyBuilder):
             program, in the measuring process).
         kernel_cache: a folder where the workers compile each artifact's CUDA kernels (see
             `datagen.devices.use_kernel_cache`); only where a CUDA runtime and NVRTC are.
-        start: start every worker now (they import TVM while the caller works), else at the
+        start: start every worker now (they initialise while the caller works), else at the
             first build.
 
     Attributes:
@@ -151,20 +119,14 @@ class PersistentBuilder(PyBuilder):
         self.scratch = tempfile.mkdtemp(prefix="datagen-build-")
         # deleted by `shutdown`, or else when this builder is collected or Python exits
         self._delete_scratch = weakref.finalize(self, shutil.rmtree, self.scratch, True)
-        self._pool = PopenPoolExecutor(
-            max_workers=self.max_workers,
-            timeout=timeout_sec,
-            initializer=_init_worker,
-            initargs=(target_kind, kernel_cache, self.scratch),
-            maximum_process_uses=MAX_USES_PER_WORKER,
-        )
-        # start every worker now, in the background: each imports TVM and the target's
-        # intrinsics (seconds; for CUDA, 17 s on a slow core) and, with `kernel_cache`,
-        # precompiles NVRTC's headers (5-10 s) while the caller draws or searches its first
-        # candidates, rather than in its first build (where they count against its timeout).
-        # `start` False: at the first build (a builder that may never build)
-        for _ in range(self.max_workers if start else 0):
-            self._pool.submit(_ready)
+        # start every worker now, in the background: each imports the target's intrinsics
+        # and, with `kernel_cache`, precompiles NVRTC's headers (5-10 s) while the caller draws
+        # or searches its first candidates, rather than in its first build (where they count
+        # against its timeout). `start` False: at the first build (a builder that may never
+        # build)
+        self._pool = ForkPool(self.max_workers, timeout_sec, _init_worker,
+                              (target_kind, kernel_cache, self.scratch),
+                              MAX_USES_PER_WORKER, start)
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
         """Build every input; `last_build_secs` then holds each one's build time (None if failed)."""
@@ -172,42 +134,26 @@ class PersistentBuilder(PyBuilder):
         self.last_build_secs = []
         jobs = [(inp.mod, inp.target, self.shared_library, self.kernel_cache)
                 for inp in build_inputs]
-        for res in self._pool.map_with_error_catching(lambda job: _build_one(*job), jobs):
-            if res.status == StatusKind.COMPLETE:
-                artifact, secs = res.value
+        for status, value in self._pool.map(_build_one, jobs):
+            if status == OK:
+                artifact, secs = value
                 results.append(BuilderResult(artifact, None))
                 self.last_build_secs.append(secs)
                 continue
-            if res.status == StatusKind.TIMEOUT:
+            if status == TIMEOUT:
                 message = f"{TIMEOUT_PREFIX}: killed after {self.timeout_sec:g} seconds"
             else:
-                message = f"Build error: {res.value}"
+                message = f"Build error: {value}"
             results.append(BuilderResult(None, message))
             self.last_build_secs.append(None)
         return results
 
+    def worker_pids(self) -> list[int]:
+        """The process ids of the build workers running now."""
+        return self._pool.pids()
+
     def shutdown(self) -> None:
         """Stop the workers (a build in progress is killed with the compilers it runs, queued
         ones never start) and delete `scratch`: every artifact and temporary file still there."""
-        pool = self._pool
-        queue = getattr(pool, "_threadpool", None)  # PopenPoolExecutor's job queue and threads
-        if queue is not None:
-            queue.shutdown(wait=False, cancel_futures=True)
-        # kill the worker processes first: `PopenPoolExecutor.shutdown` closes each worker's
-        # pipe before it kills it, which waits until the job in progress ends (a build, or a
-        # worker's start-up: seconds). Again while a thread is still busy (one starting its
-        # worker just then); each ends once its worker is gone.
-        deadline = time.monotonic() + 30
-        killed = []
-        while True:
-            for worker in list(getattr(pool, "_worker_map", {}).values()):
-                proc = getattr(worker, "_proc", None)
-                if proc is not None and proc.poll() is None:
-                    killed += _kill_process_tree(proc.pid)
-            busy = [t for t in getattr(queue, "_threads", ()) if t.is_alive()]
-            if not busy or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        pool.shutdown(wait=False)
-        _wait_ended(killed, timeout=5)  # none still writing into the folder deleted here
+        self._pool.shutdown()  # the workers and what they run: none still writes into scratch
         self._delete_scratch()

@@ -19,6 +19,15 @@ GPU_HERE = os.path.exists("/dev/nvidiactl")
 needs_no_gpu = pytest.mark.skipif(GPU_HERE, reason="checks a host without a GPU; this has one")
 
 
+def pytest_configure(config):
+    """The build workers and the trainings of every test fork from one server
+    (`datagen.fork_pool`), which imports what both need, whichever comes first."""
+    from datagen.fork_pool import fork_context
+    from training.cli import FIT_PRELOAD
+
+    fork_context(*FIT_PRELOAD)
+
+
 # each command's entry point, as pyproject.toml installs it
 COMMANDS = {"datagen": ("datagen.cli", "main"), "tune": ("tuning.cli", "main"),
             "train": ("training.cli", "main"), "costmodel": ("costmodel.cli", "main")}

@@ -76,7 +76,6 @@ def main(args: list[str] | None = None) -> int:
 # imported once, in the fork server
 FIT_PRELOAD = ["lightning.pytorch.cli", "training.data", "training.module", "costmodel.views",
                "tvm"]
-_fork_server = None
 
 
 def train_process(args: list[str], cwd: str | None = None) -> subprocess.CompletedProcess:
@@ -87,16 +86,14 @@ def train_process(args: list[str], cwd: str | None = None) -> subprocess.Complet
     (`FIT_PRELOAD`), rather than started anew (an import of seconds each): what the benchmarks
     that train many models, and the tests, run. Not for DDP, whose launcher starts the
     command line again: run `train` itself."""
-    global _fork_server
-    import multiprocessing
     import tempfile
 
-    if _fork_server is None:
-        _fork_server = multiprocessing.get_context("forkserver")
-        _fork_server.set_forkserver_preload(FIT_PRELOAD)
+    from datagen.fork_pool import fork_context
+
+    context = fork_context(*FIT_PRELOAD)  # the server the build workers fork from, too
     with tempfile.TemporaryDirectory(prefix="train-") as logs:
         out, err = os.path.join(logs, "stdout"), os.path.join(logs, "stderr")
-        child = _fork_server.Process(target=_train_child,
+        child = context.Process(target=_train_child,
                                      args=(args, cwd or os.getcwd(), dict(os.environ), out, err))
         child.start()
         child.join()

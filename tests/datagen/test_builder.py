@@ -8,35 +8,18 @@ import psutil
 import pytest
 
 
-def _workers() -> list[psutil.Process]:
-    workers = []
-    for child in psutil.Process().children():
-        try:
-            if "tvm.exec.popen_worker" in child.cmdline():
-                workers.append(child)
-        except psutil.NoSuchProcess:
-            pass
-    return workers
-
-
 def test_the_workers_start_before_the_first_build_and_end_at_shutdown():
     from datagen.builder import PersistentBuilder
 
-    before = {p.pid for p in _workers()}
     builder = PersistentBuilder("llvm", 2)
     try:
-        deadline = time.monotonic() + 120
-        started = []
-        while time.monotonic() < deadline:
-            started = [p for p in _workers() if p.pid not in before]
-            if len(started) == 2:
-                break
-            time.sleep(0.2)
+        started = [psutil.Process(pid) for pid in builder.worker_pids()]
         assert len(started) == 2, f"{len(started)} of 2 workers started without a build"
     finally:
         builder.shutdown()
     _, alive = psutil.wait_procs(started, timeout=15)
     assert not [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    assert builder.worker_pids() == []
 
 
 @pytest.mark.slow
@@ -50,15 +33,13 @@ def test_a_builder_told_not_to_start_starts_its_workers_at_the_first_build():
     from datagen.suites import resolve
     from datagen.tvm_env import make_target
 
-    before = {p.pid for p in _workers()}
     builder = PersistentBuilder("llvm", 2, start=False)
     try:
-        time.sleep(3)
-        assert not [p for p in _workers() if p.pid not in before]
+        assert builder.worker_pids() == []
         (w,) = resolve(["dense/m32_n32_k32"])
         (res,) = builder.build([BuilderInput(w.mod, make_target(None))])
         assert res.error_msg is None and os.path.getsize(res.artifact_path) > 0
-        assert [p for p in _workers() if p.pid not in before]
+        assert builder.worker_pids()
         remove_artifact(res.artifact_path)
     finally:
         builder.shutdown()
