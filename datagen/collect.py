@@ -249,9 +249,9 @@ def _draw_elsewhere(job: tuple) -> list[tuple]:
 
 
 def _die_with_parent() -> None:
-    """Draw worker initializer: end this process when the thread that started it ends, the
-    collector killed even by SIGKILL among them (Linux's PR_SET_PDEATHSIG; elsewhere nothing),
-    so no idle worker outlives it."""
+    """Draw worker initializer: end this process when the process that forked it ends (the
+    fork server, which ends with the collector, even one killed by SIGKILL; Linux's
+    PR_SET_PDEATHSIG, elsewhere nothing), so no idle worker outlives it."""
     import ctypes
     import signal
 
@@ -263,13 +263,15 @@ def _die_with_parent() -> None:
 
 class RoundDrawer:
     """Draws workloads' next rounds, each exactly as `draw_round` draws it: in this process
-    (samplers kept), or in `workers` spawned processes that live as long as the drawer (each
-    first imports TVM and the target's tensor intrinsics: 15-20 s for CUDA on 2 cores). The
+    (samplers kept), or in `workers` processes that live as long as the drawer, forked from the
+    server that imported TVM once (`datagen.fork_pool`; each imports the target's tensor
+    intrinsics: 15-20 s for CUDA on 2 cores). The
     rounds drawn at once share `cores` threads (a GPU's limits reject most random draws)."""
 
     def __init__(self, cfg: CollectConfig, workers: int, cores: int = 1):
-        import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
+
+        from datagen.fork_pool import fork_context
 
         self.cfg = cfg
         self.cores = max(1, cores)
@@ -279,9 +281,9 @@ class RoundDrawer:
         if workers >= 2:
             self.slim = dataclasses.replace(cfg, workloads=[], target=None, tracker=None)
             self.target_text = target_json(cfg.target)
-            # spawn: a forked copy of a process that runs TVM's thread pools can deadlock
-            self.pool = ProcessPoolExecutor(workers,
-                                            mp_context=multiprocessing.get_context("spawn"),
+            # forked from the fork server, which imported TVM and runs nothing (a forked copy
+            # of a process that runs TVM's thread pools can deadlock)
+            self.pool = ProcessPoolExecutor(workers, mp_context=fork_context(),
                                             initializer=_die_with_parent)
 
     def draw(self, jobs: list[tuple], bar=None) -> list[list[Candidate]]:

@@ -114,13 +114,14 @@ class ForkPool:
         workers: how many jobs run at once.
         timeout_sec: a job running longer is killed (its worker with it) and reported TIMEOUT.
         initializer, initargs: run in each worker as it starts.
-        max_uses: a worker that ran this many jobs is ended; the next job starts a new one.
+        max_uses: a worker that ran this many jobs is ended; the next job starts a new one
+            (None: never).
         start: start every worker now (its initializer runs while the caller goes on), else
             at its first job.
     """
 
     def __init__(self, workers: int, timeout_sec: float, initializer=None, initargs=(),
-                 max_uses: int = 256, start: bool = True):
+                 max_uses: int | None = 256, start: bool = True):
         self.workers = workers
         self.timeout_sec = timeout_sec
         self._init = (initializer, tuple(initargs))
@@ -183,7 +184,7 @@ class ForkPool:
             self._end(slot)
             return ERROR, f"the worker process ended (exit code {code}: {err or 'no answer'})"
         worker["uses"] += 1
-        if worker["uses"] >= self.max_uses:
+        if self.max_uses is not None and worker["uses"] >= self.max_uses:
             worker["conn"].send(None)
             self._end(slot)
         return answer

@@ -102,7 +102,7 @@ _CORES: list[int] | None = None  # in a worker of `_tune_side_by_side`: its slic
 def _take_cores(slices) -> None:
     """Initializer of a `_tune_side_by_side` worker: pin this process, every thread of it, to
     the next slice of `slices` (a queue) and make its thread pools as large as the slice. A
-    spawned worker has imported numpy (and whatever the main module imports) before this runs,
+    forked worker has imported numpy (and whatever its server imported) before this runs,
     and OpenBLAS started its threads then, on every core: pinning only this thread would leave
     them free to run on the measuring core."""
     from threadpoolctl import threadpool_limits
@@ -197,11 +197,11 @@ def _tune_side_by_side(runs: list[dict], target, measurer, inputs, trials_per_it
     through the file `lock` (see the module doc); `ended(run, error)` is called here as each
     one ends (error None: it finished). Returns {work_dir: error} of the runs that failed
     there: those are left unfinished, for the caller to tune again."""
-    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from tqdm import tqdm
 
+    from datagen.fork_pool import fork_context
     from datagen.tvm_env import target_json
 
     predictor = inputs.predictor
@@ -211,7 +211,7 @@ def _tune_side_by_side(runs: list[dict], target, measurer, inputs, trials_per_it
            "device": str(predictor.device) if predictor else None,
            "trials_per_iter": trials_per_iter}
     base = dataclasses.replace(inputs, predictor=None)
-    context = multiprocessing.get_context("spawn")  # no fork of a process running TVM
+    context = fork_context()  # forked from the server that imported TVM and runs nothing
     slices, job["runner_cpus"] = core_slices(os.sched_getaffinity(0), jobs)
     queue = context.Queue()
     for cores in slices[:len(runs)]:
