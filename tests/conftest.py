@@ -21,11 +21,13 @@ needs_no_gpu = pytest.mark.skipif(GPU_HERE, reason="checks a host without a GPU;
 
 def pytest_configure(config):
     """The build workers and the trainings of every test fork from one server
-    (`datagen.fork_pool`), which imports what both need, whichever comes first."""
+    (`datagen.fork_pool`), which imports what both need, whichever comes first (the fast lane
+    trains nothing: its server imports TVM alone)."""
     from datagen.fork_pool import fork_context
     from training.cli import FIT_PRELOAD
 
-    fork_context(*FIT_PRELOAD)
+    if config.option.markexpr != "not slow":
+        fork_context(*FIT_PRELOAD)
 
 
 # each command's entry point, as pyproject.toml installs it
