@@ -46,9 +46,8 @@ def _convert(args) -> int:
 
 
 def _blend(args) -> int:
-    from costmodel.companion_fit import fit_companion
-
     from costmodel import blend
+    from costmodel.companion_fit import fit_companion
 
     path = fit_companion(args.checkpoint, args.dataset, args.weight, args.out, args.cache_dir,
                          model=args.with_)

@@ -1,0 +1,45 @@
+"""Workers forked from the server that imported TVM: they run as children of the caller would
+(its environment, folder and cores), a job past its time limit is killed and the next one gets
+a fresh worker, errors come back as text, and a worker is recycled after its uses."""
+
+import os
+import time
+
+from datagen.fork_pool import ERROR, OK, TIMEOUT, ForkPool
+
+
+def test_workers_take_the_callers_environment_folder_and_cores(tmp_path, monkeypatch):
+    monkeypatch.setenv("FORK_POOL_TEST", "here")
+    monkeypatch.chdir(tmp_path)
+    cores = sorted(os.sched_getaffinity(0))[:1]
+    before = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, cores)
+    try:
+        pool = ForkPool(1, 60)
+    finally:
+        os.sched_setaffinity(0, before)
+    try:
+        assert pool.map(os.getenv, [("FORK_POOL_TEST",)]) == [(OK, "here")]
+        assert pool.map(os.getcwd, [()]) == [(OK, str(tmp_path))]
+        assert pool.map(os.sched_getaffinity, [(0,)]) == [(OK, set(cores))]
+        (status, text), = pool.map(int, [("not a number",)])
+        assert status == ERROR and text.startswith("ValueError: invalid literal")
+    finally:
+        pool.shutdown()
+    assert pool.pids() == []
+
+
+def test_a_job_past_its_limit_is_killed_and_the_next_gets_a_fresh_worker():
+    pool = ForkPool(1, 0.5, max_uses=2)
+    try:
+        (status, pid), = pool.map(os.getpid, [()])
+        assert status == OK and pool.pids() == [pid]
+        start = time.monotonic()
+        assert pool.map(time.sleep, [(30,)]) == [(TIMEOUT, None)]
+        assert time.monotonic() - start < 10 and pool.pids() == []  # killed, not waited for
+        results = pool.map(os.getpid, [(), (), ()])
+        pids = [p for _, p in results]
+        assert all(s == OK for s, _ in results) and pid not in pids
+        assert pids[0] == pids[1] != pids[2]  # recycled after max_uses jobs
+    finally:
+        pool.shutdown()
