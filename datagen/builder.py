@@ -8,10 +8,9 @@ workers are forked from a server that imported TVM once per process (`datagen.fo
 and import only the intrinsics of the target being built, and a worker is recycled after
 `MAX_USES_PER_WORKER` builds to bound the memory that long-lived TVM processes accumulate.
 The build itself is MetaSchedule's own `default_build` and `default_export`, so artifacts
-are the same as LocalBuilder's. Every
-artifact lands in a temporary folder of the builder's own (`scratch`), which `shutdown`
-deletes: what was built but never measured (a stop while the next wave builds, a build killed
-at its timeout) leaves nothing behind.
+are the same as LocalBuilder's. Every artifact lands in a temporary folder of the builder's
+own (`scratch`), which `shutdown` deletes: what was built but never measured (a stop while the
+next wave builds, a build killed at its timeout) leaves nothing behind.
 """
 
 from __future__ import annotations

@@ -74,17 +74,23 @@ def wait_ended(processes: list[psutil.Process], timeout: float) -> None:
         time.sleep(0.01)
 
 
+def pin_threads(cpus: list[int]) -> None:
+    """Pin every thread of this process to `cpus`, not only the calling one (thread pools
+    that a parent or an import started run on whatever cores they had)."""
+    for thread in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(thread), cpus)
+        except OSError:  # a thread that ended meanwhile
+            pass
+
+
 def _worker(conn, environ: dict, cwd: str, cpus: list[int], initializer, initargs) -> None:
     """A forked worker: the caller's environment, folder and cores, its initializer, then each
     job it is sent, answered (OK, result) or (ERROR, the exception and its traceback)."""
     os.environ.clear()
     os.environ.update(environ)
     os.chdir(cwd)
-    for thread in os.listdir("/proc/self/task"):  # the server's threads too, if any
-        try:
-            os.sched_setaffinity(int(thread), cpus)
-        except OSError:
-            pass
+    pin_threads(cpus)
     try:
         if initializer is not None:
             initializer(*initargs)

@@ -289,12 +289,11 @@ def _fork_runner_class():
             self.pool = ForkPool(1, timeout_sec, initializer, max_uses=None, start=False)
 
         def run(self, runner_inputs):
+            jobs = [(None, None, None, self.evaluator_config, 1, str(inp.artifact_path),
+                     str(inp.device_type), tuple(arg.as_json() for arg in inp.args_info))
+                    for inp in runner_inputs]
             futures = []
-            for runner_input in runner_inputs:
-                job = (None, None, None, self.evaluator_config, 1,
-                       str(runner_input.artifact_path), str(runner_input.device_type),
-                       tuple(arg_info.as_json() for arg_info in runner_input.args_info))
-                ((status, value),) = self.pool.map(_worker_func, [job])
+            for status, value in self.pool.map(_worker_func, jobs):  # one at a time
                 if status == OK:
                     futures.append(LocalRunnerFuture(res=value))
                 elif status == TIMEOUT:

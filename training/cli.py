@@ -72,10 +72,9 @@ def main(args: list[str] | None = None) -> int:
     return run_command("train", _fit, args)
 
 
-# what every training process imports first (seconds; TVM to featurise what is not cached):
-# imported once, in the fork server
-FIT_PRELOAD = ["lightning.pytorch.cli", "training.data", "training.module", "costmodel.views",
-               "tvm"]
+# what every training process imports first (seconds), beside TVM (which featurises what is not
+# cached; `datagen.fork_pool.FORK_PRELOAD`): imported once, in the fork server
+FIT_PRELOAD = ["lightning.pytorch.cli", "training.data", "training.module", "costmodel.views"]
 
 
 def train_process(args: list[str], cwd: str | None = None) -> subprocess.CompletedProcess:

@@ -107,15 +107,13 @@ def _take_cores(slices) -> None:
     them free to run on the measuring core."""
     from threadpoolctl import threadpool_limits
 
+    from datagen.fork_pool import pin_threads
+
     global _CORES
     _CORES = slices.get()
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = str(len(_CORES))  # pools started later (torch, XGBoost)
-    for thread in os.listdir("/proc/self/task"):
-        try:
-            os.sched_setaffinity(int(thread), _CORES)
-        except OSError:  # a thread that ended meanwhile
-            pass
+    pin_threads(_CORES)
     threadpool_limits(len(_CORES))  # pools already started
 
 
