@@ -45,8 +45,7 @@ def one(args) -> None:
     target = make_target(args.target)
     load_tensor_intrinsics(target.kind.name)
     (w,) = resolve([args.workload])
-    ckpt = args.checkpoint or checkpoints.path("graphsage-h100.ckpt" if target.kind.name == "cuda"
-                                               else "graphsage-v2.ckpt")
+    ckpt = args.checkpoint or checkpoints.for_target(target.kind.name)
     predictor = load_predictor(ckpt, target.kind.name)
     with tempfile.TemporaryDirectory() as cache:  # where one is fitted if none is shipped
         xgb = pretrained_xgb_file(ckpt, predictor.meta, cache) \

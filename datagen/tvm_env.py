@@ -84,7 +84,9 @@ def metaschedule_logging():
     handler (pytest 9's log capture attaches one to every non-propagating logger, and so does
     any logging set-up that decorates all loggers) crashes it with `None.format`, a foreign
     named one with "Unable to configure handler". Inside this block such handlers are taken
-    off that logger, and afterwards they are put back, beside MetaSchedule's own.
+    off that logger, and afterwards they are put back, beside MetaSchedule's own. A log line
+    that cannot be written (a full disk) is dropped quietly inside it, rather than printing a
+    traceback of its own: the log files are a record of the run, not its results.
 
         with metaschedule_logging():
             ms.tune_tir(...)
@@ -94,9 +96,11 @@ def metaschedule_logging():
                if not (h.get_name() or "").startswith(METASCHEDULE_LOGGER + ".")]
     for handler in foreign:
         logger.removeHandler(handler)
+    raising, logging.raiseExceptions = logging.raiseExceptions, False
     try:
         yield
     finally:
+        logging.raiseExceptions = raising
         for handler in foreign:
             if handler not in logger.handlers:
                 logger.addHandler(handler)

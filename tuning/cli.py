@@ -9,18 +9,33 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import os
 import signal
 import sys
+import tempfile
 
-from datagen.errors import UserError, output_folder, run_command
+from datagen.errors import UserError, atomic_path, output_folder, run_command
 
 DEFAULT_COMPARE_WORKLOAD = "conv2d/h28_w28_ci128_co128_k3_stride1_pad1"
 
 
 class Interrupted(Exception):
     """Ctrl-C during tuning (TVM may re-raise it as another error from inside its loop)."""
+
+
+def _writes_fail(*folders: str) -> bool:
+    """Whether writing a megabyte into one of `folders` fails (a full disk, no permission)."""
+    for folder in folders:
+        try:
+            with tempfile.TemporaryFile(dir=folder) as f:
+                f.write(bytes(1 << 20))
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:
+            return True
+    return False
 
 
 @contextlib.contextmanager
@@ -100,7 +115,8 @@ def _write_best(database, mod, target, work_dir: str) -> float | None:
     if record is None:
         return None
     sch = database.query_schedule(mod, target, workload_name="main")
-    with open(os.path.join(work_dir, "best_schedule.py"), "w") as f:
+    path = os.path.join(work_dir, "best_schedule.py")
+    with atomic_path(path, ".py") as tmp, open(tmp, "w") as f:
         f.write(sch.mod.script())
     return run_latency(record.run_secs)
 
@@ -160,7 +176,16 @@ def _run_torch(args, target, measurer, inputs) -> int:
         return 130
     curves = read_curve(wd)
     library = os.path.join(wd, "network.so")
-    compile_network(db, mod, target).export_library(library)
+    executable = compile_network(db, mod, target)
+    with atomic_path(library, ".so") as tmp:
+        try:
+            executable.export_library(tmp)
+        except Exception as err:  # the compiler's or linker's failure, as TVM hands it back
+            if not _writes_fail(wd, tempfile.gettempdir()):
+                raise  # not the disk: a bug, with its traceback
+            raise OSError(errno.ENOSPC, f"{err.__class__.__name__} while writing, and a test "
+                          f"write fails there too; the tuning database in {wd} is whole") \
+                from None
     print(f"{args.torch_model}: {sum(len(c) for c in curves.values())} trials over "
           f"{len(curves)} tasks; database in {wd}, the tuned network in {library} (run it "
           "with tvm.relax.VirtualMachine(tvm.runtime.load_module(path), "
@@ -198,7 +223,7 @@ def _compare(args) -> int:
 
     walls = read_json(os.path.join(args.out, "results.json")).get("wall_s")
     summary = summarize(results, remeasured, budgets, args.trials, walls=walls)
-    with open(os.path.join(args.out, "summary.json"), "w") as f:
+    with atomic_path(os.path.join(args.out, "summary.json")) as tmp, open(tmp, "w") as f:
         json.dump(summary, f, indent=1)
     plot_curves(results, os.path.join(args.out, "curves.png"))
     print(format_summary(summary, {t: TUNERS.get(t).description for t in args.tuners}))

@@ -48,8 +48,8 @@ WORKLOADS_FILE = "database_workload.json"
 
 def load_predictor(checkpoints: str | list[str] | None, target_kind: str | None = None,
                    device: str | None = None):
-    """The shipped checkpoint unless others are given (several: a seed ensemble), its
-    networks on the torch `device` ("cpu" if None).
+    """The shipped checkpoint of the `target_kind` ("llvm" if None) unless others are given
+    (several: a seed ensemble), its networks on the torch `device` ("cpu" if None).
 
     Raises:
         UserError: see `CostModelPredictor.load`; a checkpoint for another target kind, a
@@ -58,8 +58,8 @@ def load_predictor(checkpoints: str | list[str] | None, target_kind: str | None 
     from costmodel import checkpoints as shipped
     from costmodel.predictor import CostModelPredictor
 
-    return CostModelPredictor.load(checkpoints or shipped.path(), target_kind=target_kind,
-                                   device=device)
+    return CostModelPredictor.load(checkpoints or shipped.for_target(target_kind or "llvm"),
+                                   target_kind=target_kind, device=device)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,16 +249,75 @@ class DeviceCheck(PyMeasureCallback):
             raise self.lost
 
 
+@derived_object
+class DatabaseCheck(PyMeasureCallback):
+    """A MetaSchedule measure callback after MetaSchedule's own, which commit each round to the
+    JSON database: it checks that the database's files on disk hold every committed record, as
+    TVM's writer reports no failed write (a full disk leaves a line cut off, which no later
+    read parses). If not, it cuts the files back to the records checked before this round and
+    stops the tuning, keeping the reason in `lost`."""
+
+    def __init__(self, database, work_dir: str):
+        super().__init__()
+        self.database = database
+        self.work_dir = work_dir
+        self.paths = [os.path.join(work_dir, name) for name in (RECORDS_FILE, WORKLOADS_FILE)]
+        self.checked = {path: _size(path) for path in self.paths}  # bytes known to be whole
+        self.records = _count_lines(self.paths[0])
+        self.lost: UserError | None = None
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results,
+              runner_results) -> None:
+        tails = {path: _tail(path, self.checked[path]) for path in self.paths}
+        records = self.records + tails[self.paths[0]].count(b"\n")
+        if all(not t or t.endswith(b"\n") for t in tails.values()) and \
+                records == len(self.database):
+            for path, tail in tails.items():
+                self.checked[path] += len(tail)
+            self.records = records
+            return
+        for path in self.paths:  # back to the whole records of the rounds before
+            if os.path.exists(path):
+                os.truncate(path, self.checked[path])
+        self.lost = UserError(
+            f"cannot write the tuning database in {self.work_dir} (no space left on the disk, "
+            f"or the folder is not writable): the {self.records} trials committed before this "
+            "round are kept there, whole; free space, then run again")
+        raise self.lost
+
+
+def _size(path: str) -> int:
+    return os.path.getsize(path) if os.path.exists(path) else 0
+
+
+def _tail(path: str, start: int) -> bytes:
+    """The bytes of `path` from `start` on (none if there is no such file)."""
+    if not os.path.exists(path):
+        return b""
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f.read()
+
+
+def _count_lines(path: str) -> int:
+    if not os.path.exists(path):
+        return 0
+    with open(path, "rb") as f:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+
+
 @contextlib.contextmanager
 def _tuning(target, tuner: str, trials: int, work_dir: str, measurer, inputs: SearchInputs,
             progress: bool, desc: str):
     """What every MetaSchedule tuning call here shares: the checks, the tensor intrinsics of
-    the target only, the tuner's (strategy, cost model), quiet and robust logging, and the
-    measure callbacks: the device check first (`DeviceCheck`), a progress bar last. Yields the
-    keyword arguments for `tune_tir` and `tune_relax`.
+    the target only, the tuner's (strategy, cost model), the JSON database in `work_dir`,
+    quiet and robust logging, and the measure callbacks: the device check first
+    (`DeviceCheck`), the database check after MetaSchedule's own (`DatabaseCheck`), a progress
+    bar last. Yields the keyword arguments for `tune_tir` and `tune_relax`.
 
     Raises:
-        UserError: the device disappeared during the tuning.
+        UserError: the device disappeared during the tuning, or the database could not be
+            written.
     """
     from tvm.s_tir import meta_schedule as ms
 
@@ -270,14 +329,19 @@ def _tuning(target, tuner: str, trials: int, work_dir: str, measurer, inputs: Se
     strategy, cost_model = make_search(tuner, inputs)
     os.makedirs(work_dir, exist_ok=True)
     logging.getLogger(METASCHEDULE_LOGGER).setLevel(logging.WARNING)  # log files keep all
-    check, bar = DeviceCheck(measurer, work_dir), ProgressBar(trials, desc or tuner, progress)
+    database = ms.Database.create("json", work_dir=work_dir, module_equality="structural")
+    checks = [DeviceCheck(measurer, work_dir), DatabaseCheck(database, work_dir)]
+    bar = ProgressBar(trials, desc or tuner, progress)
     try:
         with metaschedule_logging():
             yield {"strategy": strategy, "cost_model": cost_model, "seed": inputs.seed,
-                   "measure_callbacks": [check, *ms.MeasureCallback.create("default"), bar]}
+                   "database": database,
+                   "measure_callbacks": [checks[0], *ms.MeasureCallback.create("default"),
+                                         checks[1], bar]}
     except Exception:
-        if check.lost is not None:
-            raise check.lost from None
+        for check in checks:
+            if check.lost is not None:
+                raise check.lost from None
         raise
     finally:
         bar.close()

@@ -346,6 +346,40 @@ def test_a_gpu_lost_mid_tuning_is_one_line_and_keeps_the_trials_before(tmp_path)
     assert len(curve) == 4 and all(math.isfinite(latency) for latency in curve)
 
 
+# no file of the tuning process may grow past 48 KiB, as on a disk that fills up mid-run (EFBIG
+# instead of ENOSPC, the same failed write): the database's records file (about 6 KB a record
+# for this workload, its workload file 24 KB) hits it after a round or two; the builds' small
+# files do not
+WRITE_UNTIL_FULL = """
+import resource, signal, sys
+from tuning import cli
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (48 << 10, resource.RLIM_INFINITY))
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_a_full_disk_mid_tuning_is_one_line_and_keeps_the_rounds_before(tmp_path):
+    """TVM's database writer reports no failed write: the tuning checks the files after each
+    round, stops with one line that says how many trials are kept, and cuts off the part of a
+    record that was written; the same command then goes on from the database."""
+    out, work = tmp_path / "full", tmp_path / "full" / WORKLOAD.replace("/", "__")
+    args = ["run", WORKLOAD, "--tuner", "random", "--trials", "64", "--trials-per-iter", "4",
+            "--out", str(out), "--no-progress"]
+    proc = subprocess.run([sys.executable, "-c", WRITE_UNTIL_FULL, *args],
+                          capture_output=True, text=True, timeout=600)
+    assert_clean_error(proc, f"cannot write the tuning database in {work}", prog="tune")
+    kept = int(proc.stderr.split(" trials committed")[0].rsplit(" ", 1)[1])
+    lines = (work / "database_tuning_record.json").read_text().splitlines(keepends=True)
+    assert kept >= 4 and kept % 4 == 0 and len(lines) == kept  # whole rounds only
+    assert all(line.endswith("\n") and json.loads(line) for line in lines)
+    assert (work / "database_tuning_record.json").stat().st_size <= 48 << 10
+    again = run_cli(*args[:5], "4", *args[6:], prog="tune")
+    assert again.returncode == 0, again.stderr
+    assert len(next(iter(read_curve(str(work)).values()))) == kept + 4
+
+
 @pytest.mark.parametrize("args, match", [
     (["run", "no/such_workload"], "unknown workload"),
     (["run", "dense/m0_n128_k128"], "m must be an integer of at least 1"),
@@ -396,11 +430,14 @@ def test_checkpoint_for_another_target_kind(tiny_checkpoint, tmp_path):
 def test_the_default_checkpoint_is_the_shipped_one_of_the_targets_kind():
     from costmodel import checkpoint, checkpoints
     from datagen.errors import UserError
+    from tuning.tuner import load_predictor
 
     for kind, name in (("llvm", "graphsage-v2.ckpt"), ("cuda", "graphsage-h100.ckpt")):
         path = checkpoints.for_target(kind)
         assert os.path.basename(path) == name
         assert checkpoint.load(path, target_kind=kind).meta["target_kind"] == kind
+        assert load_predictor(None, target_kind=kind).meta["target_kind"] == kind
+    assert load_predictor(None).meta["target_kind"] == "llvm"
     with pytest.raises(UserError, match="no checkpoint ships for rocm targets"):
         checkpoints.for_target("rocm")
 
