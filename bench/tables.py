@@ -22,7 +22,10 @@ another kind's renderer. The options:
 - row="SELECTOR LABEL", once per row, in order: SELECTOR picks what the row's figures are of
   (a model of a report, a variant of an ablation, ...) in the first PATH, or, written
   N:SELECTOR, in the Nth; LABEL, the rest, is the row's first cell, or its first cells
-  separated by | (prose: the same number of them in every row);
+  separated by | (prose: the same number of them in every row). SELECTOR,SELECTOR,... (no
+  spaces) gives one SELECTOR per figure column, so that a row may gather figures of several
+  files; a SELECTOR written - is a cell with no figure (it shows none=), and a row of - alone
+  is a row of such cells;
 - bold=C,R.C,R.C.P,...: cells set in bold: the highest figure of figure column C (1 is the
   first), the cell of row R (1 is the first) and column C, or its Pth FIELD alone;
 - none=TEXT: what an undefined figure shows (default n/a);
@@ -116,16 +119,30 @@ class Report(Renderer):
     """`costmodel evaluate`'s report.json (costmodel/evaluate.py).
 
     SELECTOR: a model of its "models" (graphsage, xgb, lightgbm, mlp): the mean over its runs,
-    ± their standard deviation when it has several; MODEL.N: its run N alone (0 the first).
+    ± their standard deviation when it has several; MODEL.N: its run N alone (0 the first);
+    MODEL[.N]@KEY: that run's figures of one workload, family or network KEY (its
+    per_workload, per_family, per_network), of a model's only run where no N is given.
     FIELDs: the metrics tau, top1, top5, apeak32, opa, ape, mape; runs (how many).
     """
 
     def figure(self, selector: str, name: str):
+        selector, at, key_of = selector.partition("@")
         model_name, _, run = selector.partition(".")
         model = self.data["models"][model_name]
         if name == "runs":
             return str(model["runs"])
         key = metric_key(name)
+        if at:
+            if not run and model["runs"] != 1:
+                raise TableError(f"{model_name!r} has {model['runs']} runs: name one, as in "
+                                 f"{model_name}.0@{key_of}")
+            scores = model["per_run"][int(run or 0)]
+            found = next((scores[group][key_of] for group in
+                          ("per_workload", "per_family", "per_network")
+                          if key_of in scores.get(group, {})), None)
+            if found is None:
+                raise KeyError(key_of)
+            return metric_figure(found[key], name)
         if run:
             return metric_figure(model["per_run"][int(run)]["overall"][key], name)
         return metric_figure(model["mean"][key], name,
@@ -224,8 +241,8 @@ class Tuning(Renderer):
         return Figure(self.tuners(where)[tuner][f"{measure}@{trials}"] * 1e6, decimals=1)
 
     def figure(self, selector: str, name: str):
-        if "/" in selector and selector not in self.data["workloads"]:
-            return self.comparison(self.paired(selector), name)
+        if "/" in selector and selector.partition("#")[0] not in self.data["workloads"]:
+            return self.comparison(self.paired(selector), name)  # A@B/C@D
         where, _, tuner = selector.partition("#")
         if tuner and name == "reach":
             row = self.tuners(where)[tuner]
@@ -337,8 +354,27 @@ class Remeasure(Renderer):
                              measure)
 
 
+class Latency(Renderer):
+    """An end-to-end summary of built networks' latencies: {"latency_us": {BUILD: [one per
+    seed, us]}} (bench/results/tuning-network/summary.json).
+
+    SELECTOR: a BUILD (untuned, ms-default, bo, ...). FIELDs: median (over its seeds, us),
+    seeds (each seed's, "a, b, c"; none where the build ran once).
+    """
+
+    def figure(self, selector: str, name: str):
+        runs = self.data["latency_us"][selector]
+        if name == "median":
+            return Figure(statistics.median(runs), decimals=1)
+        if name == "seeds":
+            if len(runs) == 1:
+                return Figure(None)
+            return Series([Figure(us, decimals=1) for us in runs], ", ")
+        raise TableError(f"unknown latency field {name!r} (median, seeds)")
+
+
 KINDS = {"report": Report, "ablation": Ablation, "tuning": Tuning, "transfer": Transfer,
-         "remeasure": Remeasure}
+         "remeasure": Remeasure, "latency": Latency}
 
 
 @dataclass
@@ -357,7 +393,8 @@ class Marker:
     paths: list = field(default_factory=list)  # (kind, path) per PATH
     head: list = field(default_factory=list)
     cols: list = field(default_factory=list)  # per column, its Fields
-    rows: list = field(default_factory=list)  # per row, (path index, selector, label cells)
+    # per row, (its sources: one (path index, selector), or one per figure column; label cells)
+    rows: list = field(default_factory=list)
     bold: list = field(default_factory=list)  # (row or None, column, part or None), from 1
     none: str = "n/a"
     nospread: set = field(default_factory=set)  # figure columns without spreads, from 1
@@ -380,14 +417,23 @@ def parse_field(text: str, line: int) -> Field:
                  bool(found["percent"]))
 
 
-def parse_row(value: str) -> tuple[int, str, list[str]]:
-    """row="[N:]SELECTOR LABEL[ | LABEL ...]" as (path index from 0, selector, label cells)."""
-    selector, _, label = value.strip().partition(" ")
-    cells = [cell.strip() for cell in label.split("|")]
+NO_FIGURE = "-"  # a SELECTOR of a cell without a figure
+
+
+def parse_source(selector: str) -> tuple[int, str]:
+    """[N:]SELECTOR as (path index from 0, selector)."""
     index, colon, rest = selector.partition(":")
     if colon and index.isdigit():
-        return int(index) - 1, rest, cells
-    return 0, selector, cells
+        return int(index) - 1, rest
+    return 0, selector
+
+
+def parse_row(value: str) -> tuple[list[tuple[int, str]], list[str]]:
+    """row="[N:]SELECTOR[,[N:]SELECTOR ...] LABEL[ | LABEL ...]" as (per SELECTOR, its path
+    index from 0 and itself; label cells)."""
+    selectors, _, label = value.strip().partition(" ")
+    cells = [cell.strip() for cell in label.split("|")]
+    return [parse_source(s) for s in selectors.split(",")], cells
 
 
 def parse_bold(value: str, line: int) -> list[tuple]:
@@ -451,16 +497,21 @@ def check_marker(marker: Marker) -> None:
         raise TableError(f"{marker.where()}: no result file named")
     if not marker.rows or not marker.cols:
         raise TableError(f"{marker.where()}: give cols= and at least one row=")
-    labels = {len(cells) for _, _, cells in marker.rows}
+    labels = {len(cells) for _, cells in marker.rows}
     if len(labels) != 1:
         raise TableError(f"{marker.where()}: the rows' labels have different numbers of cells")
     if len(marker.head) != len(marker.cols) + labels.pop():
         raise TableError(f"{marker.where()}: head has {len(marker.head)} cells, the rows "
-                         f"{len(marker.rows[0][2]) + len(marker.cols)} (labels and cols)")
-    for index, selector, _ in marker.rows:
-        if not 0 <= index < len(marker.paths):
-            raise TableError(f"{marker.where()}: row {index + 1}:{selector} names file "
-                             f"{index + 1} of {len(marker.paths)}")
+                         f"{len(marker.rows[0][1]) + len(marker.cols)} (labels and cols)")
+    for sources, _ in marker.rows:
+        if len(sources) not in (1, len(marker.cols)):
+            raise TableError(f"{marker.where()}: row {','.join(s for _, s in sources)} has "
+                             f"{len(sources)} SELECTORs, not one nor one per column "
+                             f"({len(marker.cols)})")
+        for index, selector in sources:
+            if not 0 <= index < len(marker.paths):
+                raise TableError(f"{marker.where()}: row {index + 1}:{selector} names file "
+                                 f"{index + 1} of {len(marker.paths)}")
 
 
 def load(path: str, cache: dict) -> dict:
@@ -555,16 +606,19 @@ def render(marker: Marker, base: str, cache: dict) -> list[str]:
     """The marker's table, as Markdown lines, from its files under `base`."""
     files = readers(marker, base, cache)
     parts, values = [], []
-    for index, selector, _ in marker.rows:
-        items = [[figure(marker, files[index], selector, spec) for spec in col]
-                 for col in marker.cols]
+    for sources, _ in marker.rows:
+        items = []
+        for c, col in enumerate(marker.cols):
+            index, selector = sources[c if len(sources) > 1 else 0]
+            items.append([Figure(None) if selector == NO_FIGURE
+                          else figure(marker, files[index], selector, spec) for spec in col])
         parts.append([[show(item, spec, marker.none, c not in marker.nospread)
                        for item, spec in zip(row, col)]
                       for c, (row, col) in enumerate(zip(items, marker.cols), 1)])
         values.append([first_value(row[0]) for row in items])
     embolden(marker, parts, values)
     cells = [list(label) + [" / ".join(texts) for texts in row]
-             for (_, _, label), row in zip(marker.rows, parts)]
+             for (_, label), row in zip(marker.rows, parts)]
     lines = [marker.head] + [["---"] * len(marker.head)] + cells
     return ["| " + " | ".join(line) + " |" for line in lines]
 

@@ -93,3 +93,76 @@ def test_a_tuning_table_shows_each_tuners_wall_time_per_trial(tmp_path):
     assert "| bo | 100.0 | 1.23 |" in path.read_text()
     proc = tables(readme(tmp_path, marker.replace("geomean#bo bo", "geomean#ms-default ms")))
     assert_clean_error(proc, "geomean#ms-default recorded no wall time", prog="tables")
+
+
+def test_a_row_takes_each_column_from_its_own_file(tmp_path):
+    """row="SEL,SEL,..." gives one SELECTOR per figure column, each of any PATH (another kind's
+    too), and - a cell with no figure; a row of - alone is a row of such cells."""
+    transfer = {"curves": {"scratch": {"0.05": {
+        "train_records": 10, "kendall_tau": {"mean": 0.5, "std": 0.02, "n": 3},
+        "top1_score": {"mean": 0.25, "std": 0.0, "n": 1}}}}}
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "transfer.json").write_text(json.dumps(transfer))
+    marker = ('<!-- table: transfer results/transfer.json report:results/report.json\n'
+              '    head="records | tau | top-1" cols=tau,top1 none=- bold=2.1\n'
+              '    row="scratch@0.05 10" row="2:graphsage,- all" row="- *earlier:*" -->')
+    path = readme(tmp_path, marker)  # writes results/report.json too
+    proc = tables(path)
+    assert proc.returncode == 0, proc.stderr
+    assert ("| records | tau | top-1 |\n| --- | --- | --- |\n| 10 | 0.500 ± 0.020 | 0.250 |\n"
+            "| all | **0.612 ± 0.010** | - |\n| *earlier:* | - | - |\n") in path.read_text()
+    proc = tables(readme(tmp_path, marker.replace("2:graphsage,-", "2:graphsage,-,-")))
+    assert_clean_error(proc, "has 3 SELECTORs, not one nor one per column (2)", prog="tables")
+
+
+def test_a_report_row_of_one_workload(tmp_path):
+    """MODEL[.N]@KEY: a run's figures of one workload (or family, or network)."""
+    per_run = {"overall": {"kendall_tau": 0.6, "top1_score": 0.5},
+               "per_workload": {"dense/m1_n2_k3": {"kendall_tau": 0.456, "top1_score": 0.88}},
+               "per_family": {"dense": {"kendall_tau": 0.3, "top1_score": 0.4}}}
+    report = {"models": {
+        "graphsage": {"runs": 1, "mean": {}, "std": {}, "per_run": [per_run]},
+        "xgb": {"runs": 2, "mean": {}, "std": {}, "per_run": [per_run, per_run]}}}
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "eval.json").write_text(json.dumps(report))
+    marker = ('<!-- table: report results/eval.json head="workload | top-1 / tau | tau"\n'
+              '    cols=top1:2+tau:2,tau row="graphsage@dense/m1_n2_k3,xgb.1@dense a dense"\n'
+              '    bold=1.1.1 -->')
+    path = readme(tmp_path, marker)
+    assert tables(path).returncode == 0
+    assert "| a dense | **0.88** / 0.46 | 0.300 |" in path.read_text()
+    proc = tables(readme(tmp_path, marker.replace("xgb.1@", "xgb@")))
+    assert_clean_error(proc, "'xgb' has 2 runs: name one, as in xgb.0@dense", prog="tables")
+    proc = tables(readme(tmp_path, marker.replace("xgb.1@dense", "xgb.1@conv2d")))
+    assert_clean_error(proc, "has no figure 'tau' of 'xgb.1@conv2d'", prog="tables")
+
+
+def test_a_latency_table_shows_the_median_and_each_seed(tmp_path):
+    summary = {"trials": 96, "seeds": [0, 1, 2],
+               "latency_us": {"untuned": [5000.04], "bo": [150.0, 110.25, 160.0]}}
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "summary.json").write_text(json.dumps(summary))
+    marker = ('<!-- table: latency results/summary.json head="build | median (us) | per seed"\n'
+              '    cols=median,seeds none= bold=1 row="untuned untuned" row="bo bo" -->')
+    path = readme(tmp_path, marker)
+    assert tables(path).returncode == 0
+    text = path.read_text()
+    assert "| untuned | **5000.0** |  |" in text and "| bo | 150.0 | 150.0, 110.2, 160.0 |" in text
+    proc = tables(readme(tmp_path, marker.replace("cols=median,", "cols=mean,")))
+    assert_clean_error(proc, "unknown latency field 'mean'", prog="tables")
+
+
+def test_a_tuning_row_of_a_workload_whose_key_has_a_slash(tmp_path):
+    """WORKLOAD#TUNER of a workload key such as dense/m1 is a tuner's row, not a comparison."""
+    tuners = {"bo": {"best@8": 2e-5, "remeasured@8": 2.1e-5, "to_reach": 3.0},
+              "ms-default": {"best@8": 4e-5, "remeasured@8": 4.2e-5, "to_reach": 8.0}}
+    summary = {"budgets": [8], "workloads": {"dense/m1": tuners}, "geomean": tuners,
+               "paired": []}
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "summary.json").write_text(json.dumps(summary))
+    marker = ('<!-- table: tuning results/summary.json head="tuner | best@8 | us | reach"\n'
+              '    cols=inrun@8,@8,reach row="dense/m1#bo bo" row="dense/m1#ms-default ms" -->')
+    path = readme(tmp_path, marker)
+    proc = tables(path)
+    assert proc.returncode == 0, proc.stderr
+    assert "| bo | 20.0 | 21.0 | 3 |\n| ms | 40.0 | 42.0 | 8 |" in path.read_text()
