@@ -31,11 +31,10 @@ import shutil
 import uuid
 
 from datagen import records
-from datagen.batch_measure import (ARTIFACTS, MANIFEST, RESULTS, BatchError, read_manifest,
-                                   read_results)
+from datagen.batch_measure import ARTIFACTS, MANIFEST, RESULTS, read_manifest, read_results
 from datagen.collect import (CollectConfig, candidate_row, draw_rounds, load_state,
                              measurement_columns, refuse_other_gpu)
-from datagen.errors import UserError
+from datagen.errors import UserError, atomic_path
 from datagen.measure import (BUILD_ERROR, BUILD_TIMEOUT, DEFAULT_PROTOCOL, OK, STATUSES,
                              MeasureResult)
 from datagen.tvm_env import target_json, versions
@@ -147,7 +146,7 @@ def _fold_pending(states: dict, batch_dir: str, target_text: str) -> None:
 
     try:
         manifest = read_manifest(batch_dir)
-    except BatchError as err:
+    except UserError as err:
         raise UserError(f"--after: {err}") from None
     if manifest["target"] != target_text:
         raise UserError(f"--after: {batch_dir} was packed for another target than this pack's; "
@@ -193,11 +192,8 @@ def ingest(batch_dir: str, dataset: str, results_path: str | None = None) -> dic
     """
     import pandas as pd
 
-    try:
-        manifest = read_manifest(batch_dir)
-        lines = read_results(results_path or os.path.join(batch_dir, RESULTS), manifest["batch"])
-    except BatchError as err:
-        raise UserError(str(err)) from None
+    manifest = read_manifest(batch_dir)
+    lines = read_results(results_path or os.path.join(batch_dir, RESULTS), manifest["batch"])
     if manifest.get("format") != FORMAT_VERSION:
         raise UserError(f"{batch_dir} is a batch of format {manifest.get('format')}, this "
                         f"version reads {FORMAT_VERSION}: pack it again")
@@ -286,14 +282,6 @@ def runtime_bundle(out: str) -> tuple[int, int]:
         count += info.isfile()
         return info
 
-    tmp = f"{out}.tmp"
-    try:
-        with tarfile.open(tmp, mode) as tar:
-            tar.add(root, arcname="tvm", filter=keep)
-        os.replace(tmp, out)
-    except OSError as err:
-        raise UserError(f"cannot write {out}: {err.strerror}") from None
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)  # a bundle is whole or absent
+    with atomic_path(out, os.path.splitext(out)[1]) as tmp, tarfile.open(tmp, mode) as tar:
+        tar.add(root, arcname="tvm", filter=keep)  # a bundle is whole or absent
     return count, os.path.getsize(out)

@@ -45,6 +45,7 @@ import statistics
 import sys
 import time
 
+from datagen.errors import UserError, run_command
 from datagen.devices import (cuda_arch, device_description, host_cpu_model, load_device_runtime,
                              use_kernel_cache)
 
@@ -57,17 +58,13 @@ FAILED_SECS = 1e9  # MetaSchedule reports a failed run as 1e10 s
 MAX_ERROR_CHARS = 2000
 
 
-class BatchError(Exception):
-    """Something the user can fix: reported as one line, exit status 2."""
-
-
 def read_manifest(batch_dir: str) -> dict:
     path = os.path.join(batch_dir, MANIFEST)
     try:
         with open(path, encoding="utf-8") as handle:
             return json.load(handle)
     except (OSError, ValueError) as err:
-        raise BatchError(f"{batch_dir} is not a packed batch ({MANIFEST}: {err}); "
+        raise UserError(f"{batch_dir} is not a packed batch ({MANIFEST}: {err}); "
                          "make one with datagen pack") from None
 
 
@@ -75,7 +72,7 @@ def read_results(path: str, batch_id: str) -> list[dict]:
     """The result lines of `path` (a torn last line of a killed run is ignored).
 
     Raises:
-        BatchError: a line belongs to another batch.
+        UserError: a line belongs to another batch.
     """
     if not os.path.isfile(path):
         return []
@@ -87,7 +84,7 @@ def read_results(path: str, batch_id: str) -> list[dict]:
             except ValueError:
                 continue  # only the last line can be torn, by a kill mid-write
             if line.get("batch") != batch_id:
-                raise BatchError(f"{path} holds results of batch {line.get('batch')}, not of "
+                raise UserError(f"{path} holds results of batch {line.get('batch')}, not of "
                                  f"this batch {batch_id}: give each batch its own results file")
             lines.append(line)
     return lines
@@ -258,7 +255,7 @@ def measure_batch(batch_dir: str, results_path: str | None = None, progress: boo
     Returns {"measured": n, "retried": n, "total": n}.
 
     Raises:
-        BatchError: not a batch, results of another batch, no device, the device is lost.
+        UserError: not a batch, results of another batch, no device, the device is lost.
     """
     import numpy as np
 
@@ -272,11 +269,11 @@ def measure_batch(batch_dir: str, results_path: str | None = None, progress: boo
     try:
         load_device_runtime(kind)
     except OSError as err:
-        raise BatchError(f"this host has no {kind} device: TVM's {kind} runtime library does "
+        raise UserError(f"this host has no {kind} device: TVM's {kind} runtime library does "
                          f"not load here ({err}); {where}") from None
     dev = tvm.device(kind, 0)
     if not dev.exist:
-        raise BatchError(f"this host has no {kind} device; {where}")
+        raise UserError(f"this host has no {kind} device; {where}")
     device = device_description(dev, kind)
     host_cpu = host_cpu_model()
     # the runtime's CPU threads (what a CPU measurement depends on; none for a GPU kernel)
@@ -309,7 +306,7 @@ def measure_batch(batch_dir: str, results_path: str | None = None, progress: boo
             def write(cand: dict, retry: bool, compiling: bool = False) -> dict:
                 result = measure_one(batch_dir, cand, manifest["protocol"], dev, rng)
                 if result["status"] != "ok" and not tvm.device(kind, 0).exist:
-                    raise BatchError(f"the {kind} device disappeared after {len(firsts)} "
+                    raise UserError(f"the {kind} device disappeared after {len(firsts)} "
                                      f"candidates; they are kept in {results_path}: run the "
                                      "same command again to measure the rest")
                 line = {"batch": batch_id, "index": cand["index"],
@@ -367,19 +364,18 @@ def main(argv: list[str] | None = None) -> int:
                         "the other cores compile (slower: the GPU waits)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    return run_command("datagen.batch_measure", _measure, args)
+
+
+def _measure(args) -> None:
     start = time.perf_counter()
-    try:
-        counts = measure_batch(args.batch, args.results, progress=not args.no_progress,
-                               compile_workers=args.compile_workers,
-                               compile_first=args.compile_first)
-    except BatchError as err:
-        print(f"datagen.batch_measure: error: {err}", file=sys.stderr)
-        return 2
+    counts = measure_batch(args.batch, args.results, progress=not args.no_progress,
+                           compile_workers=args.compile_workers,
+                           compile_first=args.compile_first)
     wall = time.perf_counter() - start
     print(f"measured {counts['measured']} of {counts['total']} candidates "
           f"({counts['retried']} again at the end: noisy, or timed while compiling) "
           f"in {wall:.1f} s")
-    return 0
 
 
 if __name__ == "__main__":

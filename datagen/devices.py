@@ -16,6 +16,8 @@ import os
 import platform
 import sys
 
+from datagen.errors import atomic_path
+
 CUDA_COMPILE_CALLBACK = "tvm_callback_cuda_compile"
 
 
@@ -84,10 +86,8 @@ def cache_kernel_compiles(cache_dir: str, compile_fn) -> callable:
             with open(path, "rb") as handle:
                 return bytearray(handle.read())
         binary = bytes(compile_fn(code))
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as handle:
+        with atomic_path(path, ".bin") as tmp, open(tmp, "wb") as handle:
             handle.write(binary)
-        os.replace(tmp, path)
         return bytearray(binary)
     return compile_cached
 
@@ -146,10 +146,8 @@ class NvrtcCompiler:
         header = os.path.join(include_dir, NVRTC_PREINCLUDE)
         if not os.path.isfile(header):
             os.makedirs(include_dir, exist_ok=True)
-            tmp = f"{header}.tmp-{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as handle:
+            with atomic_path(header, ".h") as tmp, open(tmp, "w", encoding="utf-8") as handle:
                 handle.writelines(f"#include <{name}>\n" for name in NVRTC_STD_HEADERS)
-            os.replace(tmp, header)
         self.arch = arch
         self.pch = True
         self.pch_options = [f"-I{include_dir}", f"--pre-include={NVRTC_PREINCLUDE}", "--pch"]

@@ -105,6 +105,15 @@ def import_database(workload_json: str, record_json: str, out: str) -> int:
     return added
 
 
+def _whole_lines(path: str) -> int:
+    """The lines of `path` that end in a newline, or -1 if its last line is cut off."""
+    if not os.path.exists(path):
+        return 0
+    with open(path, "rb") as f:
+        data = f.read()
+    return data.count(b"\n") if not data or data.endswith(b"\n") else -1
+
+
 def export_database(dataset: str, out: str) -> int:
     """Write the successful records of `dataset` as a MetaSchedule JSON database in `out`.
 
@@ -123,19 +132,32 @@ def export_database(dataset: str, out: str) -> int:
     if any(os.path.exists(p) for p in paths):
         raise UserError(f"{out} already holds a MetaSchedule database; choose an empty folder")
     output_folder(out)
-    tmp = [p + ".tmp" for p in paths]
-    db = JSONDatabase(*tmp, allow_missing=True)
-    for _, group in frame.groupby("workload_key", sort=False):
-        mod = tvm.ir.load_json(group.workload_ir.iloc[0])
-        workload = db.commit_workload(mod)
-        args = [a.as_json() for a in ArgInfo.from_entry_func(mod, remove_preproc=True)]
-        for row in group.itertuples(index=False):
-            target = to_python(tvm.target.Target(json.loads(row.target)).export()) \
-                if row.target else None
-            rec = TuningRecord.from_json(
-                [json.loads(row.trace), [float(x) for x in row.latencies], target, args],
-                workload)
-            db.commit_tuning_record(rec)
-    for src, dst in zip(tmp, paths):
-        os.replace(src, dst)  # both files appear only once complete
+    tmp = [f"{p}.tmp-{os.getpid()}" for p in paths]
+    try:
+        db = JSONDatabase(*tmp, allow_missing=True)
+        for _, group in frame.groupby("workload_key", sort=False):
+            mod = tvm.ir.load_json(group.workload_ir.iloc[0])
+            workload = db.commit_workload(mod)
+            args = [a.as_json() for a in ArgInfo.from_entry_func(mod, remove_preproc=True)]
+            for row in group.itertuples(index=False):
+                target = to_python(tvm.target.Target(json.loads(row.target)).export()) \
+                    if row.target else None
+                rec = TuningRecord.from_json(
+                    [json.loads(row.trace), [float(x) for x in row.latencies], target, args],
+                    workload)
+                db.commit_tuning_record(rec)
+        # TVM's writer reports no failed write (a full disk): count the whole lines written
+        if _whole_lines(tmp[0]) < 1 or _whole_lines(tmp[1]) != len(frame):
+            raise OSError("no space left on the disk, or the folder is not writable")
+        for src, dst in zip(tmp, paths):
+            os.replace(src, dst)  # both files appear only once complete
+    except OSError as err:
+        if os.path.exists(paths[0]) and not os.path.exists(paths[1]):
+            os.remove(paths[0])  # the workloads' file replaced, the records' not: neither stays
+        raise UserError(f"cannot write the database in {out}: {err.strerror or err}; nothing "
+                        "is written there (free space, then run again)") from None
+    finally:
+        for p in tmp:
+            if os.path.exists(p):
+                os.remove(p)
     return len(frame)

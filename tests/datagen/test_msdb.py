@@ -94,3 +94,32 @@ def test_import_bad_database(tmp_path):
     rec.write_text("")
     assert_clean_error(run_cli("import-db", str(wl), str(rec), "--out", str(tmp_path / "o")),
                        "is not a MetaSchedule JSON database")
+
+
+# the export under a limit on the size of every file this process writes, as on a disk that
+# fills up (EFBIG instead of ENOSPC, the same failed write that TVM's writer does not report)
+EXPORT_UNTIL_FULL = """
+import resource, signal, sys
+from datagen.cli import main
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), resource.RLIM_INFINITY))
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_an_export_that_cannot_be_written_is_one_line_and_leaves_nothing(tuned_db, tmp_path):
+    import subprocess
+    import sys
+
+    data, out = str(tmp_path / "ds"), tmp_path / "db"
+    run_cli("import-db", os.path.join(tuned_db, "database_workload.json"),
+            os.path.join(tuned_db, "database_tuning_record.json"), "--out", data, check=True)
+    # room for the workload (about 24 KB) and a record or two (about 6 KB each), not for all
+    proc = subprocess.run([sys.executable, "-c", EXPORT_UNTIL_FULL, str(32 << 10), "export-db",
+                           data, "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert_clean_error(proc, f"cannot write the database in {out}")
+    assert "nothing is written there" in proc.stderr
+    assert list(out.iterdir()) == []  # no database, no temporary file
+    run_cli("export-db", data, "--out", str(out), check=True)  # with room, the same works
+    assert len(list(out.iterdir())) == 2
