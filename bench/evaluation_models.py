@@ -18,7 +18,7 @@ LAST_SHIPPED = "7889b92"  # the last revision that carried them in checkpoints/
 MADE_BY = {
     # cost model v2's recipe with ResNet-50, MobileNetV2 and T5-small encoder held out
     "graphsage-v2-networks.ckpt":
-        "train fit --config configs/graphsage-networks.yaml --model.use_store_features true "
+        "train fit --config configs/graphsage-networks.yaml --model.views [store] "
         "(seed 0), then copy runs/networks/checkpoints/*.ckpt here",
     # the first recipe with every depthwise convolution held out
     "graphsage-family-depthwise.ckpt":

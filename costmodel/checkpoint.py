@@ -24,7 +24,10 @@ Entries (the checkpoints `train fit` writes have these plus Lightning's optimise
   dataset and split); if other datasets trained beside its own (`--data.joint_dataset`),
   `joint` (for each: that `dataset`, the `share` of it, its `target`, and the `records` and
   `workloads` trained on; one such dict for one folder, a list of them for several).
-- "hyper_parameters": the training hyperparameters (the loss settings also serve `adapt`).
+- "hyper_parameters": the training hyperparameters (the loss settings also serve `adapt`);
+  files of older training name the optional views read by their own flags
+  (`use_store_features`, ...) and options (`trace_layers`), which `load` reads as the `views`
+  and `view_options` of today's (`current_hparams`).
 - "state_dict": the network's parameters, each key prefixed with "model.".
 
 Format versions: 1, written until tvm-costmodel 0.1.0 (no version, architecture or target
@@ -79,6 +82,22 @@ class Checkpoint:
     def predicts_latency(self) -> bool:
         """False for a model trained on per-workload standardised labels (a relative score)."""
         return self.normalization.predicts_latency
+
+
+def current_hparams(hparams: dict) -> dict:
+    """Training hyperparameters as this version names them: an older file's flag of each
+    optional view (`use_KEY`, `View.key`) becomes the view's name in `views`, and the
+    views' options given on their own (`trace_layers`) go into `view_options`. Files that
+    already name their views come back as they are."""
+    hparams = dict(hparams)
+    if "views" in hparams:
+        return hparams
+    optional = views.optional()
+    hparams["views"] = [view.name for view in optional if hparams.pop(f"use_{view.key}", False)]
+    options = {k: hparams.pop(k) for view in optional for k in view.options if k in hparams}
+    if options:
+        hparams["view_options"] = options
+    return hparams
 
 
 def describe(model, normalization: Normalization, target: str, dataset: str, split: str,
@@ -211,7 +230,7 @@ def load(path: str, target_kind: str | None = None) -> Checkpoint:
         raise UserError(f"{path}: its weights do not fit architecture "
                         f"{meta['architecture']['name']!r} ({first.rstrip(':.')})") from None
     return Checkpoint(path, model.eval(), Normalization.from_dict(meta["normalization"]), meta,
-                      dict(ckpt.get("hyper_parameters", {})))
+                      current_hparams(ckpt.get("hyper_parameters", {})))
 
 
 def save(path: str, model, meta: dict, hparams: dict) -> None:

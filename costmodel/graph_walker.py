@@ -1,26 +1,28 @@
-"""The graph walker: one walk of a lowered module makes three views at once.
+"""The graph walker: one walk of a lowered module makes several views at once.
 
 `build_graph` walks the PrimFuncs of a module from `costmodel.lowering.lower_for_features` and
 gives its `ProgramGraph`: the typed graph (`costmodel.views.graph`: node kinds, node features,
 typed edges), the whole-program features it counts on the way (`costmodel.views.program`) and
-each node's warp access features (`costmodel.views.warp`), which a `Featurizer` keeps only when
-asked for them.
+the arrays of every view made from what the walk met (`View.from_walk`, e.g. each node's warp
+access features, `costmodel.views.warp`), which a `Featurizer` keeps only when asked for them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import operator
 import types
+from collections.abc import Callable
 
 import numpy as np
 
+from costmodel import views
 from costmodel.lowering import FeaturizeError, _one_line
 from costmodel.views.graph import (BUFFER, DATAFLOW, LOOP_KINDS, NEST, NEST_REV, NODE_FEATURES,
                                    NUM_NODE_FEATURES, SEQ, STRIDE_LOOPS, VOCABULARY,
                                    ProgramGraph)
-from costmodel.views.warp import NUM_WARP_FEATURES, WARP_SIZE, warp_row
 
 # ops counted as floating-point operations when their type is a float
 FLOP_KINDS = frozenset(("add", "sub", "mul", "div", "mod", "min", "max", "exp", "log", "sqrt",
@@ -33,6 +35,26 @@ _WIDEST = {"parallel": "parallel", "vectorized": "vector"}  # loop kind -> stat 
 
 def _log(x: float) -> float:
     return float(np.log2(1.0 + abs(x)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Access:
+    """One store or load the walk met, as the views made from the walk read it (`from_walk`).
+
+    Args:
+        node: its node.
+        scope: its buffer's memory: "global", "shared", "local" or "other".
+        elem_bytes: bytes per element of its buffer.
+        offset: its row-major element offset as a function of {loop var handle: value}
+            (variables missing are 0).
+        loops: the loops around it, outermost first: (var handle, extent, thread tag or "").
+    """
+
+    node: int
+    scope: str
+    elem_bytes: float
+    offset: Callable[[dict[int, int]], int]
+    loops: tuple[tuple[int, int, str], ...]
 
 
 def _const(expr, default: int = 1) -> int:
@@ -96,7 +118,7 @@ class _GraphBuilder:
         self.conditional = 0
         self.buffers: dict[int, int] = {}  # buffer handle -> its node
         self.accesses: dict[int, list[tuple[str, int]]] = {}  # buffer handle -> (kind, node)
-        self.warp: dict[int, tuple[float, float]] = {}  # access node -> its WARP_FEATURES
+        self.met: list[Access] = []  # every access, for the views made from the walk
         self.stats = {**{f"loops_{k}": 0 for k in LOOP_KINDS}, "parallel": 0, "vector": 0,
                       "unroll": 0, "blocks": 1, "threads": 1, "shared": 0.0, "local": 0.0,
                       "flops": 0.0, "accessed": 0.0, "unique": 0.0, "stores": 0}
@@ -276,32 +298,12 @@ class _GraphBuilder:
                         log_footprint=_log(footprint),
                         **{f"log_stride_{i}": _log(inner[i]) for i in range(STRIDE_LOOPS)},
                         **_scope_feature(_scope(buf)))
-        self.warp_access(node, _scope(buf), _bytes(buf.dtype), offset)
+        self.met.append(Access(node, _scope(buf), _bytes(buf.dtype), offset, tuple(self.loops)))
         self.declare(buf, self.parents[0])  # a buffer never declared is a function argument
         self.edges.append((self.buffers[hash(buf)], node, BUFFER))
         self.accesses.setdefault(hash(buf), []).append((kind, node))
         self.stats["accessed"] += self.executions() * _bytes(buf.dtype)
         return node
-
-    def warp_access(self, node: int, scope: str, elem_bytes: float, offset) -> None:
-        """`WARP_FEATURES` of an access (`offset`: its element offset as a function of loop
-        values) made by GPU threads to shared or global memory."""
-        if scope not in ("shared", "global"):
-            return
-        threads = {tag: (var, extent) for var, extent, tag in self.loops
-                   if tag.startswith("threadIdx")}  # the innermost binding of each axis
-        if not threads:
-            return
-        axes = [threads.get(f"threadIdx.{axis}", (None, 1)) for axis in "xyz"]
-        lanes = []
-        for lane in range(min(WARP_SIZE, math.prod(extent for _, extent in axes))):
-            env, rest = {}, lane
-            for var, extent in axes:
-                if var is not None:
-                    env[var] = rest % extent
-                rest //= extent
-            lanes.append(offset(env) * elem_bytes)  # bytes
-        self.warp[node] = warp_row(scope, lanes)
 
     def compile_index(self, e):
         """An index as a Python function of {loop var handle: value} (missing vars are 0),
@@ -319,7 +321,8 @@ class _GraphBuilder:
             return (lambda env: op(fa(env), fb(env))), va | vb
         return self.compile_index(e.value) if cls is t.Cast else ((lambda env: 0), frozenset())
 
-    def finish(self) -> ProgramGraph:
+    def finish(self, **arrays: np.ndarray) -> ProgramGraph:
+        """The walked graph, with the other views' `arrays`."""
         for nodes in self.accesses.values():  # a store feeds every load of its buffer
             loads = [n for kind, n in nodes if kind == "load"]
             self.edges += [(s, n, DATAFLOW) for kind, s in nodes if kind == "store" for n in loads]
@@ -329,19 +332,16 @@ class _GraphBuilder:
                                     "unroll", "blocks", "threads", "shared", "local", "stores")),
                    len(self.kinds)]  # in PROGRAM_FEATURES order
         edges = np.array(self.edges, np.int64).reshape(-1, 3)
-        warp = np.zeros((len(self.kinds), NUM_WARP_FEATURES), np.float32)
-        for node, values in self.warp.items():
-            warp[node] = [_log(v) for v in values]
         return ProgramGraph(node_kind=np.array(self.kinds, np.int64), x=np.stack(self.rows),
                             edge_index=np.ascontiguousarray(edges[:, :2].T),
                             edge_type=edges[:, 2].copy(),
-                            program=np.array([_log(v) for v in program], np.float32),
-                            warp_x=warp)
+                            program=np.array([_log(v) for v in program], np.float32), **arrays)
 
 
 def build_graph(lowered) -> ProgramGraph:
-    """The graph of a module from `lower_for_features` (all its PrimFuncs, by name), with its
-    warp rows (`warp_x`; a `Featurizer` keeps them only when asked to).
+    """The graph of a module from `lower_for_features` (all its PrimFuncs, by name), with the
+    arrays of every view made from the walk (`View.from_walk`: `warp_x`; a `Featurizer` keeps
+    them only when asked to).
 
     Raises:
         FeaturizeError: if the module holds no PrimFunc or the walk fails.
@@ -356,9 +356,11 @@ def build_graph(lowered) -> ProgramGraph:
     try:
         for _, func in funcs:
             builder.walk(func)
+        arrays = {name: array for view in views.optional() if view.from_walk
+                  for name, array in view.from_walk(len(builder.kinds), builder.met).items()}
     except Exception as err:  # noqa: BLE001
         raise FeaturizeError(f"cannot walk the program: {_one_line(err)}") from None
-    return builder.finish()
+    return builder.finish(**arrays)
 
 
 def program_features(lowered) -> np.ndarray:

@@ -24,8 +24,9 @@ LIGHTNING_CKPT_NAMES = ("best", "last", "hpc", "registry")
 def check_ckpt_path(subcommand: str, path: str | None) -> None:
     """A `--ckpt_path` that Lightning would fail on with a traceback, refused in one line: a
     missing file, one that is not a checkpoint or would run code, one without Lightning's
-    entries (the shipped checkpoints keep only the model), and for `fit`, which resumes
-    training, one without the optimiser's state.
+    entries (the shipped checkpoints keep only the model), for `fit`, which resumes
+    training, one without the optimiser's state, and one of older training whose
+    hyperparameters name the views otherwise (Lightning rebuilds the model from them).
 
     Raises:
         UserError: as above.
@@ -42,26 +43,62 @@ def check_ckpt_path(subcommand: str, path: str | None) -> None:
                         f"(as the shipped checkpoints), which {subcommand} --ckpt_path needs; "
                         f"train from its weights with --model.init_from {path}, or score it "
                         f"with 'costmodel evaluate {path} --dataset DIR --out DIR'")
+    hparams = ckpt.get("hyper_parameters") or {}
+    if set(hparams) - set(checkpoint.current_hparams(hparams)):  # options named as before
+        raise UserError(f"{path} was written by an older train, whose model options name the "
+                        f"views it reads otherwise, so Lightning cannot resume it; train from "
+                        f"its weights with --model.init_from {path}")
+
+
+def check_view_arguments(args: list[str]) -> None:
+    """Refuse, in one line, the per-view model options of older versions (`use_KEY` for each
+    optional view, and the views' options such as `trace_layers`) on the command line or in
+    a `--config` file: models now name the views they read (`model.views`).
+
+    Raises:
+        UserError: the first such option, with what to write instead.
+    """
+    import yaml
+
+    from costmodel import views
+
+    old = {f"use_{view.key}": f"list {view.name} in model.views (views: [{view.name}])"
+           for view in views.optional()}
+    old.update((k, f"give it in model.view_options (view_options: {{{k}: N}})")
+               for view in views.optional() for k in view.options)
+    given = [(arg.split("=", 1)[0].removeprefix("--model."), "the command line") for arg in args
+             if arg.startswith("--model.")]
+    for i, arg in enumerate(args):  # and the model sections of the config files
+        path = arg.split("=", 1)[1] if arg.startswith("--config=") else \
+            args[i + 1] if arg in ("--config", "-c") and i + 1 < len(args) else None
+        if path and os.path.isfile(path):
+            with open(path) as f:
+                config = yaml.safe_load(f)
+            model = config.get("model") if isinstance(config, dict) else None
+            given += [(k, path) for k in model or {}] if isinstance(model, dict) else []
+    for name, where in given:
+        if name in old:
+            raise UserError(f"{where}: model.{name} is an option of older versions; "
+                            f"{old[name]}")
 
 
 def _fit(args: list[str] | None) -> int:
     from lightning.pytorch.cli import LightningCLI
 
-    from costmodel import views
     from training.data import ScheduleDataModule
     from training.module import CostModelModule
 
     class CLI(LightningCLI):
         def add_arguments_to_parser(self, parser):
             # the data featurise each optional view exactly when the model reads it
-            for view in views.optional():
-                parser.link_arguments(f"model.use_{view.key}", f"data.{view.key}")
+            parser.link_arguments("model.views", "data.views")
 
         def parse_arguments(self, parser, args):
             super().parse_arguments(parser, args)
             if subcommand := self.config.get("subcommand"):
                 check_ckpt_path(subcommand, self.config[subcommand].get("ckpt_path"))
 
+    check_view_arguments(sys.argv[1:] if args is None else args)
     CLI(CostModelModule, ScheduleDataModule, seed_everything_default=0,
         save_config_kwargs={"overwrite": True}, args=args)
     return 0

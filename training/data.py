@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from costmodel import views
+from costmodel import views as feature_views
 from costmodel.normalization import Normalization
 from costmodel.splits import (RECORD_COLUMNS, check_one_target, check_share, share_of_records,
                               share_rows, split_workloads, usable, with_test_dataset)
@@ -125,12 +125,10 @@ class ScheduleDataModule(L.LightningDataModule):
         workloads_per_batch: workloads in one training batch.
         per_workload: records of each workload in one training batch.
         cache_dir: featurised graphs are cached here, keyed by featuriser version.
-        store_features: also extract MetaSchedule's per-store features of every record (for a
-            model with `use_store_features`; `train` sets this from it).
-        trace_features: also give every record its trace as tokens (for a model with
-            `use_trace_features`; `train` sets this from it).
-        warp_features: also give every record's graph its warp access features (for a model
-            with `use_warp_features`; `train` sets this from it).
+        views: the optional views (`costmodel.views`, by name) to featurise beside every
+            record's graph, e.g. "store" (MetaSchedule's per-store features), "trace" (its
+            trace as tokens), "warp" (its nodes' warp access features): those the model reads
+            (`train` sets this from `model.views`).
         seed: seeds the split and the batch order.
         per_flop: learn log-latency per FLOP of the lowered program (the model's output plus
             the program's log FLOPs is its log-latency); off by default, as it ranked worse
@@ -180,8 +178,7 @@ class ScheduleDataModule(L.LightningDataModule):
                  per_flop: bool = False, test_networks: list[str] | None = None,
                  normalize_per_workload: bool = False, train_share: float = 1.0,
                  share_seed: int | None = None, max_cv: float | None = None,
-                 store_features: bool = False, trace_features: bool = False,
-                 warp_features: bool = False,
+                 views: list[str] | None = None,
                  joint_dataset: str | list[str] | None = None, joint_share: float = 1.0,
                  pseudo_labels: str | None = None, test_dataset: str | None = None):
         super().__init__()
@@ -198,6 +195,7 @@ class ScheduleDataModule(L.LightningDataModule):
                             "set train_share below 1, or leave pseudo_labels out")
         if max_cv is not None and not max_cv > 0:
             raise UserError(f"max_cv must be above 0 (a coefficient of variation), not {max_cv}")
+        feature_views.named(views)  # an unknown name fails here, before any data is read
         self.save_hyperparameters()
         self.normalization: Normalization | None = None
         self.frames: dict[str, pd.DataFrame] = {}
@@ -274,8 +272,10 @@ class ScheduleDataModule(L.LightningDataModule):
         from costmodel.featurize import FeaturizeError, Featurizer
 
         hp = self.hparams
+        read = feature_views.named(hp.views)
         featurizer = Featurizer(json.loads(frame.target.iloc[0]), cache_dir=hp.cache_dir,
-                                **{view.flag: bool(hp.get(view.key)) for view in views.optional()})
+                                **{view.flag: view in read
+                                   for view in feature_views.optional()})
         graphs = []
         rows = zip(frame.workload_ir, frame.trace, frame.trace_hash)
         for graph in tqdm(featurizer.iter_records(rows), total=len(frame), desc="featurise",

@@ -6,7 +6,8 @@ import lightning as L
 import numpy as np
 import torch
 
-from costmodel import checkpoint, views
+from costmodel import checkpoint
+from costmodel import views as feature_views
 from costmodel.losses import RANK_LOSSES, cost_model_loss
 from costmodel.model import MODELS, READOUTS, batch_inputs
 from datagen.errors import UserError
@@ -19,21 +20,25 @@ ARCHITECTURE_OPTIONS = {"name": "--model.architecture", "hidden": "--model.hidde
                         "num_layers": "--model.num_layers", "dropout": "--model.dropout",
                         "num_program_features": "--model.use_program_features",
                         "readout": "--model.readout", "num_heads": "--model.joint_head",
-                        # an optional view's sizes: --model.use_KEY; its options: their own
-                        **{k: f"--model.use_{view.key}" for view in views.optional()
+                        # an optional view's sizes: --model.views; its options: view_options
+                        **{k: "--model.views" for view in feature_views.optional()
                            for k in view.sizes},
-                        **{k: f"--model.{k}" for view in views.optional() for k in view.options}}
+                        **{k: "--model.view_options" for view in feature_views.optional()
+                           for k in view.options}}
 
 
 def check_same_architecture(path: str, theirs: dict, ours: dict) -> None:
     """A checkpoint's weights start a model only of its own architecture, or of the same one
-    with warp features it never read (`widen_with_warp_features`).
+    with more node features from views it never read (`widen_with_node_features`).
 
     Raises:
         UserError: one line naming each argument that differs, with both values.
     """
+    widens = {k for view in feature_views.optional()
+              if view.node_features and not view.reads(theirs)
+              for k in (*view.sizes, *view.options)}
     differ = [k for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k)
-              and not (k == "num_warp_features" and not theirs.get(k))
+              and not (k in widens and not theirs.get(k))
               and not (k == "num_heads" and theirs.get(k, 1) == 1)]
     if differ:
         cells = "; ".join(f"{k} {theirs.get(k)} there, {ours.get(k)} here"
@@ -43,17 +48,26 @@ def check_same_architecture(path: str, theirs: dict, ours: dict) -> None:
                         "values to start from it")
 
 
-def widen_with_warp_features(state: dict, theirs: dict, ours: dict) -> dict:
-    """A source network's parameters for a model that also reads warp features (`ours` has
-    `num_warp_features`, `theirs`, e.g. a CPU model, has none): the node projection gains a
-    zero column per warp feature, so the widened network starts out predicting exactly what
-    the source predicts and learns what the new features are worth."""
-    extra = ours.get("num_warp_features", 0) - theirs.get("num_warp_features", 0)
-    if extra <= 0:
-        return state
+def widen_with_node_features(state: dict, theirs: dict, ours: dict) -> dict:
+    """A source network's parameters for a model that also reads views of more node features
+    (`View.node_features`: warp features, for a CPU model that read none): the node
+    projection gains a zero column per feature it never read, where the normalisation puts
+    that view's features, so the widened network starts out predicting exactly what the
+    source predicts and learns what the new features are worth."""
     weight = state["feature_proj.weight"]
-    return {**state, "feature_proj.weight": torch.cat(
-        [weight, weight.new_zeros(weight.shape[0], extra)], dim=1)}
+    at = theirs["num_node_features"]
+    columns, widened = [weight[:, :at]], False
+    for view in feature_views.optional():  # in the order the normalisation appends them to `x`
+        if not (view.node_features and view.reads(ours)):
+            continue
+        width = ours[next(iter(view.sizes))]
+        if view.reads(theirs):
+            columns.append(weight[:, at:at + width])
+            at += width
+        else:
+            columns.append(weight.new_zeros(weight.shape[0], width))
+            widened = True
+    return {**state, "feature_proj.weight": torch.cat(columns, dim=1)} if widened else state
 
 
 def widen_with_heads(state: dict, theirs: dict, ours: dict) -> dict:
@@ -79,16 +93,16 @@ class CostModelModule(L.LightningModule):
         dropout: dropout in the head.
         readout: graph pooling, a name in `costmodel.model.READOUTS`.
         use_program_features: feed whole-program features (FLOPs, bytes, ...) to the head.
-        use_store_features: also read MetaSchedule's per-store features of each program beside
-            its graph (`costmodel.model.GraphSAGECostModel`); `train` passes it on to the data
-            (`ScheduleDataModule.store_features`), which then extracts them.
-        use_trace_features: also read the schedule's trace as tokens (TLP's view: each
-            primitive and its decisions, `costmodel.views.trace`) through self-attention
-            beside the graph; `train` passes it on to the data (`trace_features`).
-        trace_layers: self-attention layers over the trace (with `use_trace_features`).
-        use_warp_features: also read each memory access's warp features (shared-memory bank
-            conflicts, global sectors per warp: `costmodel.views.warp`) beside
-            its node features; `train` passes it on to the data (`warp_features`).
+        views: the optional views the model also reads beside the graph, by name
+            (`costmodel.views`): "store", MetaSchedule's per-store features of each program;
+            "trace", the schedule's trace as tokens (TLP's view: each primitive and its
+            decisions) through self-attention; "warp", each memory access's warp features
+            (shared-memory bank conflicts, global sectors per warp) beside its node features.
+            Each view's declaration says how the model reads it; `train` passes the list on
+            to the data (`ScheduleDataModule.views`), which then featurises them.
+        view_options: the read views' other architecture arguments by name, each at least 1
+            (`View.options`; e.g. `trace_layers`, the self-attention layers over the trace,
+            1 unless given).
         joint_head: with `data.joint_dataset`, its records (other targets') train heads of
             their own on the shared layers, one per target (MTL-TLP's multi-task recipe),
             instead of sharing the model's one head; predictions always come from the model's
@@ -108,8 +122,9 @@ class CostModelModule(L.LightningModule):
         init_from: a trained checkpoint to start from instead of random weights (fine-tuning,
             e.g. a CPU model on a few GPU measurements). It is read like any checkpoint
             (`costmodel.checkpoint.load`: no code runs), may be of another target kind, and
-            its architecture must be this one, except that a source without warp features may
-            start a model with them (`widen_with_warp_features`), and a one-head source a
+            its architecture must be this one, except that a source without a view of node
+            features (warp features) may start a model with them
+            (`widen_with_node_features`), and a one-head source a
             model with a joint head (`widen_with_heads`: the joint head starts as a copy of
             the source's). The data keep its input
             standardisation for every feature it saw vary, while the target statistics are
@@ -123,13 +138,12 @@ class CostModelModule(L.LightningModule):
 
     def __init__(self, architecture: str = "graphsage", hidden: int = 128, num_layers: int = 3,
                  dropout: float = 0.1, readout: str = "mean_max",
-                 use_program_features: bool = True, use_store_features: bool = False,
-                 use_trace_features: bool = False, trace_layers: int = 1, lr: float = 1e-3,
+                 use_program_features: bool = True, views: list[str] | None = None,
+                 view_options: dict[str, int] | None = None, lr: float = 1e-3,
                  lr_schedule: str = "constant", weight_decay: float = 1e-4,
                  mse_weight: float = 1.0, rank_weight: float = 1.0,
                  rank_loss: str = "logistic", init_from: str | None = None,
-                 joint_head: bool = False, use_warp_features: bool = False,
-                 freeze: list[str] | None = None):
+                 joint_head: bool = False, freeze: list[str] | None = None):
         super().__init__()
         RANK_LOSSES.get(rank_loss)  # an unknown name fails here, before any data is read
         if lr_schedule not in LR_SCHEDULES:
@@ -137,16 +151,22 @@ class CostModelModule(L.LightningModule):
                             f"{', '.join(LR_SCHEDULES)}")
         if readout not in READOUTS:
             raise UserError(f"unknown readout {readout!r}; choose one of {', '.join(READOUTS)}")
-        if trace_layers < 1:
-            raise UserError(f"trace_layers must be at least 1, not {trace_layers}")
+        options = dict(view_options or {})
+        known = [k for view in feature_views.optional() for k in view.options]
+        if unknown := sorted(set(options) - set(known)):
+            raise UserError(f"view_options: no view has an option {unknown[0]!r}; "
+                            f"the options: {', '.join(known) or 'none'}")
+        for k, value in options.items():
+            if value < 1:
+                raise UserError(f"{k} must be at least 1, not {value}")
         self.save_hyperparameters()
-        read = {}  # the sizes of each optional view read (`use_KEY`), and its options' values
+        read = {}  # the sizes of each optional view read, and its options' values
         for view in self.read_views:
             read.update(view.sizes)
-            read.update((k, self.hparams[k]) for k in view.options)
+            read.update((k, options.get(k, default)) for k, default in view.options.items())
         self.model = MODELS.create(
-            architecture, **views.GRAPH.sizes,
-            num_program_features=views.PROGRAM.sizes["num_program_features"]
+            architecture, **feature_views.GRAPH.sizes,
+            num_program_features=feature_views.PROGRAM.sizes["num_program_features"]
             if use_program_features else 0,
             hidden=hidden, num_layers=num_layers, dropout=dropout, readout=readout,
             num_heads=2 if joint_head else 1, **read)
@@ -157,7 +177,7 @@ class CostModelModule(L.LightningModule):
             check_same_architecture(init_from, source.model.architecture,
                                     self.model.architecture)
             theirs, ours = source.model.architecture, self.model.architecture
-            self.model.load_state_dict(widen_with_heads(widen_with_warp_features(
+            self.model.load_state_dict(widen_with_heads(widen_with_node_features(
                 source.model.state_dict(), theirs, ours), theirs, ours))
             self.source_normalization = source.normalization
             self.source = checkpoint.provenance(source)
@@ -174,8 +194,8 @@ class CostModelModule(L.LightningModule):
         data = self.trainer.datamodule
         for view in self.read_views:
             if getattr(data.normalization, view.statistics[0]) is None:
-                raise UserError(f"use_{view.key} needs data with {view.label}: set "
-                                f"data.{view.key} true (train links the two)")
+                raise UserError(f"the {view.name} view needs data with {view.label}: list "
+                                f"{view.name} in data.views (train links it to model.views)")
         if self.hparams.joint_head and not data.hparams.joint_dataset:
             raise UserError("joint_head gives another dataset's records a head of their own: "
                             "set data.joint_dataset too, or leave joint_head false")
@@ -187,8 +207,8 @@ class CostModelModule(L.LightningModule):
 
     @property
     def read_views(self) -> list:
-        """The optional views the model reads: those whose `use_KEY` is set."""
-        return [view for view in views.optional() if self.hparams.get(f"use_{view.key}")]
+        """The optional views the model reads (`views`), in `costmodel.views.VIEWS` order."""
+        return feature_views.named(self.hparams.views)
 
     def forward(self, batch) -> torch.Tensor:
         return self.model(*batch_inputs(self.model, batch), head=getattr(batch, "head", None))

@@ -138,7 +138,7 @@ class ProgramGraph:
 
 
 GRAPH = View(
-    name="graph", version=FEATURIZER_VERSION,
+    name="graph", order=10, version=FEATURIZER_VERSION,
     sizes={"num_node_kinds": len(VOCABULARY), "num_node_features": NUM_NODE_FEATURES,
            "num_edge_types": len(EDGE_TYPES)},
     rows="x", statistics=("x_mean", "x_std"),

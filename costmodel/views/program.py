@@ -22,7 +22,7 @@ PROGRAM_FEATURES = (
 NUM_PROGRAM_FEATURES = len(PROGRAM_FEATURES)
 
 # versioned with the graph: one walk makes both
-PROGRAM = View(name="program", version=FEATURIZER_VERSION,
+PROGRAM = View(name="program", order=20, version=FEATURIZER_VERSION,
                sizes={"num_program_features": NUM_PROGRAM_FEATURES},
                rows="program", statistics=("program_mean", "program_std"),
                layout={"program_features": list(PROGRAM_FEATURES)})

@@ -71,7 +71,8 @@ def _encoder(hidden: int, num_store_features: int):
 
 
 STORE = View(
-    name="store", version=STORE_FEATURES_VERSION, sizes={"num_store_features": NUM_STORE_FEATURES},
+    name="store", order=30, version=STORE_FEATURES_VERSION,
+    sizes={"num_store_features": NUM_STORE_FEATURES},
     rows="store_x", statistics=("store_mean", "store_std"), arrays=("store_x",),
     count="store_count", label="store features", key="store_features", flag="stores",
     from_module=lambda mod, target: {"store_x": store_features(mod, target)}, cached=True,

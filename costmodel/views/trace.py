@@ -138,7 +138,7 @@ def _encoder(hidden: int, num_trace_features: int, num_trace_kinds: int, trace_l
 
 
 TRACE = View(
-    name="trace", version=TRACE_FEATURES_VERSION,
+    name="trace", order=40, version=TRACE_FEATURES_VERSION,
     sizes={"num_trace_features": NUM_TRACE_FEATURES, "num_trace_kinds": TRACE_KINDS},
     rows="trace_x", statistics=("trace_mean", "trace_std"), arrays=("trace_kind", "trace_x"),
     count="trace_count", label="trace tokens", key="trace_features", flag="traces",

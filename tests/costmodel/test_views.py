@@ -1,7 +1,11 @@
 """The registry of feature views: every view declares what the featuriser, the normalisation,
 the checkpoint checks and the model read of it, and a view registered here and nowhere else
-(a toy) is featurised, cached, standardised, encoded, recorded and checked by those loops.
+(a toy) is featurised, cached, standardised, encoded, recorded, checked and trained by those
+loops.
 """
+
+import importlib
+import pkgutil
 
 import numpy as np
 import pytest
@@ -20,7 +24,8 @@ from datagen.workloads import Workload
 DENSE = Workload("dense", (32, 32, 32))
 SHIPPED = ("checkpoints/graphsage-v2.ckpt", "checkpoints/graphsage.ckpt",
            "checkpoints/graphsage-h100.ckpt")
-# what checkpoints and feature caches name: a change here is a new version, not a refactor
+# what checkpoints and feature caches name of the shipped views, in their order: a change here
+# is a new version, not a refactor (a new view adds to the registry, not to these)
 VERSIONS = {"graph": "tir-graph-1", "program": "tir-graph-1",
             "store": "ms-per-store-feature-5-10", "trace": "ms-trace-1", "warp": "warp-1"}
 SIZES = {"graph": {"num_node_kinds": 30, "num_node_features": 20, "num_edge_types": 5},
@@ -39,21 +44,43 @@ def architecture(**views_read) -> dict:
             "num_layers": 2, "dropout": 0.0, **views_read}
 
 
+def test_the_registry_is_every_views_module_in_order():
+    """Each module of the package declares one view; `VIEWS` is all of them, found, by
+    `order`, the shipped ones in their order (that of the model's inputs)."""
+    declared = []
+    for module in pkgutil.iter_modules(views.__path__):
+        found = {id(v): v for v in vars(importlib.import_module(
+            f"costmodel.views.{module.name}")).values() if isinstance(v, View)}
+        declared += list(found.values())
+    assert sorted(declared, key=lambda v: v.order) == views.VIEWS
+    assert len({v.order for v in views.VIEWS}) == len({v.name for v in views.VIEWS}) \
+        == len(views.VIEWS)
+    assert [v.name for v in views.VIEWS if v.name in VERSIONS] == list(VERSIONS)
+    assert views.named(["warp", "store"]) == [views.STORE, views.WARP]
+    assert views.named(None) == []
+    there = ", ".join(v.name for v in views.optional())
+    with pytest.raises(UserError, match=f"unknown view 'bogus'; the views a model may read: "
+                                        f"{there}$"):
+        views.named(["bogus"])
+
+
 def test_every_view_declares_its_version_sizes_and_names():
-    assert [v.name for v in views.VIEWS] == list(VERSIONS)
-    assert {v.name: v.version for v in views.VIEWS} == VERSIONS
-    assert {v.name: v.sizes for v in views.VIEWS} == SIZES
+    assert {v.name: v.version for v in views.VIEWS if v.name in VERSIONS} == VERSIONS
+    assert {v.name: v.sizes for v in views.VIEWS if v.name in SIZES} == SIZES
     names = [n for v in views.VIEWS for n in (*v.statistics, *v.arrays, v.count) if n]
     assert len(names) == len(set(names))  # no two views share an array or a statistic
     for view in views.optional():
         assert view.label and view.key and view.rows in view.arrays
         assert len(view.units) == len(view.sizes)
-        assert (view.from_module is None) or (view.from_trace is None)
+        assert sum(f is not None for f in (view.from_module, view.from_trace,
+                                           view.from_walk)) == 1
         assert not view.cached or view.arrays == (view.rows,)  # a cached view is one array
         assert (view.encoder is None) == (view.module is None)
-    assert [v.name for v in views.optional()] == ["store", "trace", "warp"]
-    assert [v.name for v in views.encoded()] == ["store", "trace"]
-    assert checkpoint.LAYOUT == {**views.GRAPH.layout, **views.PROGRAM.layout}
+    assert [v for v in views.optional() if v.name in VERSIONS] == \
+        [views.STORE, views.TRACE, views.WARP]
+    assert [v for v in views.encoded() if v.name in VERSIONS] == [views.STORE, views.TRACE]
+    assert checkpoint.LAYOUT == {k: v for view in views.VIEWS for k, v in view.layout.items()}
+    assert {**views.GRAPH.layout, **views.PROGRAM.layout}.items() <= checkpoint.LAYOUT.items()
 
 
 def test_the_loops_cover_every_view(target):
@@ -78,16 +105,35 @@ def test_the_loops_cover_every_view(target):
 @pytest.mark.parametrize("path", SHIPPED)
 def test_shipped_checkpoints_read_as_before(path):
     """The shipped checkpoints' entries are the views' names: each validates, rebuilds its
-    network with every weight in place, and its normalisation dict reads back unchanged."""
-    meta = checkpoint.read(path)[checkpoint.META_KEY]
+    network with every weight in place, and its normalisation dict reads back unchanged; the
+    hyperparameters of their training name the views read by older flags (`use_KEY`), read
+    back as today's `views`."""
+    raw = checkpoint.read(path)
+    meta = raw[checkpoint.META_KEY]
     ckpt = checkpoint.load(path)
     assert ckpt.model.architecture == meta["architecture"]
     read = [v.name for v in views.optional() if v.reads(meta["architecture"])]
     assert read == {"graphsage-v2.ckpt": ["store"], "graphsage.ckpt": [],
                     "graphsage-h100.ckpt": ["store", "warp"]}[path.rsplit("/", 1)[1]]
+    assert ckpt.hparams["views"] == read and "views" not in raw["hyper_parameters"]
+    assert not any(k.startswith("use_") and k != "use_program_features" for k in ckpt.hparams)
+    assert ckpt.hparams["hidden"] == raw["hyper_parameters"]["hidden"]
     again = ckpt.normalization.to_dict()
     for key, value in meta["normalization"].items():
         assert again[key] == value, key
+
+
+def test_older_hyperparameters_name_the_views_read():
+    """An older file's flag per view (`use_KEY`) and the views' options on their own become
+    `views` and `view_options`; a file that names its views comes back as it is."""
+    old = {"hidden": 8, "use_program_features": True, "use_store_features": True,
+           "use_trace_features": False, "trace_layers": 2, "use_warp_features": True}
+    assert checkpoint.current_hparams(old) == {
+        "hidden": 8, "use_program_features": True, "views": ["store", "warp"],
+        "view_options": {"trace_layers": 2}}
+    assert checkpoint.current_hparams({"hidden": 8}) == {"hidden": 8, "views": []}
+    new = {"hidden": 8, "views": None, "view_options": None}
+    assert checkpoint.current_hparams(new) == new
 
 
 # --- a toy view, registered only here -------------------------------------------------------
@@ -113,15 +159,31 @@ class ToyEncoder(torch.nn.Module):
         return global_add_pool(self.proj(rows), owner, len(count))
 
 
-TOY = View(name="toy", version="toy-1", sizes={"num_toy_features": 2}, rows="toy_x",
-           statistics=("toy_mean", "toy_std"), arrays=("toy_x",), count="toy_count",
-           label="toy rows", key="toy_features", flag="toys", from_module=toy_rows,
-           cached=True, units=("per buffer",), encoder=ToyEncoder, module="toy_encoder")
+TOY = View(name="toy", order=1000, version="toy-1", sizes={"num_toy_features": 2},
+           rows="toy_x", statistics=("toy_mean", "toy_std"), arrays=("toy_x",),
+           count="toy_count", label="toy rows", key="toy_features", flag="toys",
+           from_module=toy_rows, cached=True, units=("per buffer",), encoder=ToyEncoder,
+           module="toy_encoder")
+
+
+def toy_node_rows(nodes: int, accesses) -> dict[str, np.ndarray]:
+    """One row per node: 1 on the stores and loads the walk met, else 0."""
+    rows = np.zeros((nodes, 1), np.float32)
+    rows[[a.node for a in accesses]] = 1.0
+    return {"toy_node_x": rows}
+
+
+# a view of more node features, made from the graph walker's walk
+TOY_NODES = View(name="toy_nodes", order=1001, version="toy-nodes-1",
+                 sizes={"num_toy_node_features": 1}, rows="toy_node_x",
+                 statistics=("toy_node_mean", "toy_node_std"), arrays=("toy_node_x",),
+                 label="toy node rows", key="toy_node_features", flag="toy_nodes",
+                 from_walk=toy_node_rows, units=("per node",), node_features=True)
 
 
 @pytest.fixture
 def toy(monkeypatch):
-    monkeypatch.setattr(views, "VIEWS", [*views.VIEWS, TOY])
+    monkeypatch.setattr(views, "VIEWS", [*views.VIEWS, TOY, TOY_NODES])
     return TOY
 
 
@@ -189,3 +251,61 @@ def torch_geometric_batch(data):
     from torch_geometric.data import Batch
 
     return Batch.from_data_list(data)
+
+
+def small_dataset(out) -> str:
+    """Eight records of each of three dense and three softmax workloads of the committed CPU
+    dataset, as a dataset folder of their own."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    from datagen.records import shard_paths
+
+    out.mkdir()
+    (path,) = shard_paths(os.path.join(os.path.dirname(__file__), "..", "..", "data",
+                                       "llvm-full"))
+    table = pq.read_table(path)
+    frame = table.select(["workload_key", "family", "status"]).to_pandas()
+    ok = frame[frame.status == "ok"]
+    keys = [k for family in ("dense", "softmax")
+            for k in sorted(ok[ok.family == family].workload_key.unique())[:3]]
+    rows = [i for k in keys for i in ok.index[ok.workload_key == k][:8]]
+    pq.write_table(table.take(rows), str(out / os.path.basename(path)))
+    return str(out)
+
+
+def test_a_new_view_trains_when_named(toy, tmp_path):
+    """Named in training's `views`, the toy views are featurised by the data module and read
+    by the model, the toy encoder's weights move in a training step, and the node view widens
+    the node projection (zero columns where a source never read it)."""
+    import lightning as L
+
+    from training.data import ScheduleDataModule
+    from training.module import CostModelModule
+
+    data = ScheduleDataModule(dataset=small_dataset(tmp_path / "ds"), split="family",
+                              test_families=["softmax"], val_fraction=0.5,
+                              cache_dir=str(tmp_path / "cache"), views=["toy_nodes", "toy"],
+                              workloads_per_batch=2, per_workload=4)
+    module = CostModelModule(hidden=16, num_layers=1, dropout=0.0, views=["toy", "toy_nodes"])
+    assert [v.name for v in module.read_views] == ["toy", "toy_nodes"]
+    assert module.model.feature_proj.in_features == featurize.NUM_NODE_FEATURES + 1
+    before = module.model.toy_encoder.proj.weight.detach().clone()
+    L.Trainer(fast_dev_run=True, accelerator="cpu", logger=False, enable_checkpointing=False,
+              enable_progress_bar=False, enable_model_summary=False).fit(module, datamodule=data)
+    graphs = data.frames["train"].graph
+    assert all(g.toy_x.shape == (3, 2) for g in graphs)  # a dense program's three buffers
+    assert all(g.toy_node_x.shape == (g.num_nodes, 1) and g.toy_node_x.any() for g in graphs)
+    assert data.normalization.toy_node_mean is not None
+    assert not torch.equal(module.model.toy_encoder.proj.weight, before)
+
+    # a source that never read the node view starts a model that does
+    source = create_model(architecture())
+    meta = checkpoint.describe(source, data.normalization, data.target, "d", "shapes",
+                               {"train": ["a"]})
+    checkpoint.save(str(tmp_path / "source.ckpt"), source, meta, {})
+    widened = CostModelModule(hidden=16, num_layers=2, dropout=0.0, views=["toy_nodes"],
+                              init_from=str(tmp_path / "source.ckpt")).model
+    weight, n = widened.feature_proj.weight, featurize.NUM_NODE_FEATURES
+    assert torch.equal(weight[:, :n], source.feature_proj.weight) and not weight[:, n:].any()

@@ -110,6 +110,20 @@ def test_per_flop_and_per_workload_normalisation_exclude_each_other():
         ScheduleDataModule(per_flop=True, normalize_per_workload=True)
 
 
+def test_the_views_are_named_and_unknown_names_refused_before_any_data():
+    from training.data import ScheduleDataModule
+    from training.module import CostModelModule
+
+    assert ScheduleDataModule(views=["warp", "store"]).hparams.views == ["warp", "store"]
+    for make in (ScheduleDataModule, CostModelModule):
+        with pytest.raises(UserError, match="unknown view 'stores'; the views a model may read"):
+            make(views=["stores"])
+    with pytest.raises(UserError, match="view_options: no view has an option 'layers'"):
+        CostModelModule(view_options={"layers": 2})
+    module = CostModelModule(hidden=8, views=["trace"], view_options={"trace_layers": 2})
+    assert module.model.architecture["trace_layers"] == 2
+
+
 def scored_frame() -> pd.DataFrame:
     """Two workloads; one of them occurs in two networks."""
     return pd.DataFrame({

@@ -358,7 +358,7 @@ def test_unknown_lr_schedule_is_one_line(tiny_dataset, tmp_path):
 
 
 def test_store_features_train_through_the_cli(tiny_dataset, tmp_path):
-    """`--model.use_store_features` alone makes the data extract the store rows (the CLI links
+    """`--model.views [store]` alone makes the data extract the store rows (the CLI links
     the two): the checkpoint reads them, and scores schedules as it scores their records."""
     import tvm
 
@@ -369,7 +369,7 @@ def test_store_features_train_through_the_cli(tiny_dataset, tmp_path):
     from datagen.sampler import replay
 
     proc = train("--data.dataset", tiny_dataset, "--trainer.max_epochs", "2",
-                 "--model.use_store_features", "true", cwd=tmp_path)
+                 "--model.views", "[store]", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (path,) = glob.glob(str(tmp_path / "runs" / "graphsage" / "checkpoints" / "*.ckpt"))
     meta = checkpoint_file.read(path)["costmodel"]
@@ -382,12 +382,12 @@ def test_store_features_train_through_the_cli(tiny_dataset, tmp_path):
     np.testing.assert_allclose(predictor.predict(mods), predictor.predict_records(frame),
                                rtol=1e-5)
     proc = train("--data.dataset", tiny_dataset, "--trainer.fast_dev_run", "true",
-                 "--data.store_features", "true", cwd=tmp_path)
+                 "--data.views", "[store]", cwd=tmp_path)
     assert proc.returncode != 0  # linked: only the model's flag sets it
 
 
 def test_warp_features_train_through_the_cli(tiny_dataset, tmp_path):
-    """`--model.use_warp_features` alone makes the data give every graph its warp rows (the
+    """`--model.views [warp]` alone makes the data give every graph its warp rows (the
     CLI links the two; on this CPU dataset they are all 0): the checkpoint reads them beside
     the node features and scores replayed schedules as it scores their records."""
     import tvm
@@ -399,7 +399,7 @@ def test_warp_features_train_through_the_cli(tiny_dataset, tmp_path):
     from datagen.sampler import replay
 
     proc = train("--data.dataset", tiny_dataset, "--trainer.max_epochs", "1",
-                 "--model.use_warp_features", "true", cwd=tmp_path)
+                 "--model.views", "[warp]", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (path,) = glob.glob(str(tmp_path / "runs" / "graphsage" / "checkpoints" / "*.ckpt"))
     ckpt = checkpoint_file.read(path)
@@ -417,7 +417,7 @@ def test_warp_features_train_through_the_cli(tiny_dataset, tmp_path):
 
 
 def test_trace_features_train_through_the_cli(tiny_dataset, tmp_path):
-    """`--model.use_trace_features` alone makes the data tokenise every record's trace (the
+    """`--model.views [trace]` alone makes the data tokenise every record's trace (the
     CLI links the two): the checkpoint reads the trace view, and scores replayed schedules as
     it scores their records."""
     import tvm
@@ -429,7 +429,7 @@ def test_trace_features_train_through_the_cli(tiny_dataset, tmp_path):
     from datagen.sampler import replay
 
     proc = train("--data.dataset", tiny_dataset, "--trainer.max_epochs", "2",
-                 "--model.use_trace_features", "true", "--model.trace_layers", "2",
+                 "--model.views", "[trace]", "--model.view_options", "{trace_layers: 2}",
                  cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (path,) = glob.glob(str(tmp_path / "runs" / "graphsage" / "checkpoints" / "*.ckpt"))
@@ -444,9 +444,42 @@ def test_trace_features_train_through_the_cli(tiny_dataset, tmp_path):
     np.testing.assert_allclose(predictor.predict(schedules), predictor.predict_records(frame),
                                rtol=1e-5)
     proc = train("--data.dataset", tiny_dataset, "--trainer.fast_dev_run", "true",
-                 "--model.use_trace_features", "true", "--model.trace_layers", "0",
+                 "--model.views", "[trace]", "--model.view_options", "{trace_layers: 0}",
                  cwd=tmp_path)
     assert_clean_error(proc, "trace_layers must be at least 1, not 0", prog="train")
+    proc = train("--data.dataset", tiny_dataset, "--trainer.fast_dev_run", "true",
+                 "--model.use_trace_features", "true", cwd=tmp_path)
+    assert_clean_error(proc, "the command line: model.use_trace_features is an option of older "
+                             "versions; list trace in model.views (views: [trace])",
+                       prog="train")
+
+
+def test_older_view_options_are_refused_in_one_line(tmp_path):
+    """`use_KEY` and `trace_layers`, the options of older versions, on the command line or in
+    a config file, and a checkpoint whose training had them (Lightning would rebuild the model
+    from them), each name what to write instead."""
+    import torch
+
+    from datagen.errors import UserError
+    from training.cli import check_ckpt_path, check_view_arguments
+
+    old = tmp_path / "old.yaml"
+    old.write_text("model:\n  hidden: 8\n  use_warp_features: true\n")
+    with pytest.raises(UserError, match=f"^{old}: model.use_warp_features is an option of older "
+                                        r"versions; list warp in model.views \(views: \[warp\]\)"):
+        check_view_arguments(["fit", "--config", str(old)])
+    with pytest.raises(UserError, match=r"model.view_options \(view_options: \{trace_layers"):
+        check_view_arguments(["fit", "--model.trace_layers=2"])
+    check_view_arguments(["fit", "--config", "configs/graphsage-h100.yaml", "--model.views",
+                          "[store]", "--model.view_options", "{trace_layers: 2}"])
+    resumable = {"costmodel": {}, "pytorch-lightning_version": "2", "optimizer_states": [],
+                 "hyper_parameters": {"hidden": 8, "views": ["warp"]}}
+    torch.save(resumable, tmp_path / "new.ckpt")
+    check_ckpt_path("fit", str(tmp_path / "new.ckpt"))
+    resumable["hyper_parameters"] = {"hidden": 8, "use_store_features": False}
+    torch.save(resumable, tmp_path / "old.ckpt")
+    with pytest.raises(UserError, match="was written by an older train.*--model.init_from"):
+        check_ckpt_path("fit", str(tmp_path / "old.ckpt"))
 
 
 def _one_family_copy(dataset: str, family: str, out) -> str:
