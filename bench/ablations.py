@@ -12,14 +12,14 @@ and is scored on the same held-out records: every workload that occurs only in t
 - listmle / lambdarank: the listwise losses in place of the pairwise one;
 - relative: targets standardised per workload (a relative score: no MAPE);
 - stores: as base, the model also reads MetaSchedule's per-store features (TenSet's input, what
-  the tree baselines see) beside the graph (`--model.use_store_features`);
+  the tree baselines see) beside the graph (`--model.views [store]`);
 - stores_lambdarank: as stores, with LambdaRank in place of the pairwise loss;
 - stores_regret: as stores, each rank pair weighted by its gap in normalised throughput
   (`costmodel.losses.regret_rank_loss`), so the fast end of each workload weighs most;
 - stores_trace: as stores, plus a third view, the schedule's trace as tokens through
-  self-attention (TLP's input: each primitive and its decisions; `--model.use_trace_features`);
+  self-attention (TLP's input: each primitive and its decisions; `--model.views [store,trace]`);
 - stores_warps: as stores, plus each memory access's warp features beside its node features
-  (`--model.use_warp_features`: the bank conflict of a shared-memory access, the 32-byte
+  (`--model.views [store,warp]`: the bank conflict of a shared-memory access, the 32-byte
   sectors of a global one, for one warp's lanes; `costmodel.featurize.WARP_FEATURES`);
 - narrow: trained on the first dataset (`data/llvm-full`, 52 hand-picked workloads, its own
   held-out-shapes split), scored on the same held-out networks: what the breadth bought.
@@ -71,12 +71,10 @@ import time
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from transfer import (portable, read_result, trainer_settings,  # noqa: E402  (a sibling script)
-                      write_json)
+from datagen.grid import Grid, portable, write_json
 
-CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs",
-                      "graphsage-networks.yaml")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(REPO, "configs", "graphsage-networks.yaml")
 # name -> (what it is, model settings, data settings) on top of the base config
 VARIANTS = {
     "base": ("MSE + pairwise logistic rank loss, all labels", {}, {}),
@@ -85,15 +83,15 @@ VARIANTS = {
     "lambdarank": ("MSE + LambdaRank", {"rank_loss": "lambdarank"}, {}),
     "relative": ("targets standardised per workload", {}, {"normalize_per_workload": True}),
     "stores": ("as base, plus per-store features beside the graph",
-               {"use_store_features": True}, {}),
+               {"views": ["store"]}, {}),
     "stores_lambdarank": ("as stores, with LambdaRank for the rank loss",
-                          {"use_store_features": True, "rank_loss": "lambdarank"}, {}),
+                          {"views": ["store"], "rank_loss": "lambdarank"}, {}),
     "stores_regret": ("as stores, with rank pairs weighted by their throughput gap",
-                      {"use_store_features": True, "rank_loss": "regret"}, {}),
+                      {"views": ["store"], "rank_loss": "regret"}, {}),
     "stores_trace": ("as stores, plus the schedule's trace as tokens (TLP's view)",
-                     {"use_store_features": True, "use_trace_features": True}, {}),
+                     {"views": ["store", "trace"]}, {}),
     "stores_warps": ("as stores, plus each access's warp features (bank conflicts, sectors)",
-                     {"use_store_features": True, "use_warp_features": True}, {}),
+                     {"views": ["store", "warp"]}, {}),
     "narrow": ("as base, trained on data/llvm-full (52 workloads)", {},
                {"dataset": "data/llvm-full", "split": "shapes", "test_networks": None}),
 }
@@ -138,7 +136,10 @@ def base_config(path: str) -> dict:
 
 
 def run_config(args, variant: str, seed: int, work: str) -> dict:
-    """The settings `train fit` reads after the base config for one run."""
+    """The settings `train fit` reads after the base config for one run (its trainer as
+    bench/transfer.py's runs train)."""
+    from transfer import trainer_settings  # a sibling script
+
     _, model, data = VARIANTS[variant]
     dataset = {"dataset": args.dataset} if args.dataset else {}
     return {"seed_everything": seed, "trainer": trainer_settings(args, work),
@@ -147,9 +148,14 @@ def run_config(args, variant: str, seed: int, work: str) -> dict:
 
 def settings(args, variant: str) -> dict:
     """What a finished run must share with this invocation to be read back."""
-    return {"config": portable(args.config), "dataset": args.dataset,
+    return {"config": portable(args.config, REPO), "dataset": args.dataset,
             "max_epochs": args.max_epochs,
             "variant": [VARIANTS[variant][1], VARIANTS[variant][2]]}
+
+
+def run_cell(variant: str, seed: int) -> str:
+    """One run's result in --out (a cell of the benchmark's `Grid`), in the run's folder."""
+    return os.path.join("runs", variant, f"seed{seed}", "result.json")
 
 
 def train(args, variant: str, seed: int, work: str) -> tuple[str, float, float]:
@@ -160,7 +166,7 @@ def train(args, variant: str, seed: int, work: str) -> tuple[str, float, float]:
     shutil.rmtree(work, ignore_errors=True)  # a run that did not finish starts over
     os.makedirs(work)
     config = os.path.join(work, "run-config.json")
-    write_json(config, run_config(args, variant, seed, work))
+    write_json(config, run_config(args, variant, seed, work), indent=1)
     from training.cli import train_process
 
     start = time.monotonic()
@@ -446,18 +452,16 @@ def baseline(args, held: HeldOut, name: str) -> dict:
     """A tree baseline trained on the base split's training records, scored once (cached)."""
     from costmodel.evaluate import grouped_metrics
 
-    path = os.path.join(args.out, "baselines", f"{name}.json")
-    wanted = {"config": portable(args.config), "dataset": held.dataset,
+    grid, kept = Grid(args.out), os.path.join("baselines", f"{name}.json")
+    wanted = {"config": portable(args.config, REPO), "dataset": held.dataset,
               "test": len(held.test),
               "train": len(held.train)}
-    if (found := read_result(path, wanted)) is not None:
+    if (found := grid.read(kept, wanted)) is not None:
         return found
     found = grouped_metrics(held.test, baseline_scores(args, held, name), latency=False)
-    result = {"settings": wanted, "overall": found["overall"],
-              "per_network": found["per_network"], "per_family": found["per_family"]}
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    write_json(path, result)
-    return result
+    return grid.write(kept, {"settings": wanted, "overall": found["overall"],
+                             "per_network": found["per_network"],
+                             "per_family": found["per_family"]})
 
 
 def cell(value: dict | float | None) -> str:
@@ -501,24 +505,27 @@ def bench(args) -> int:
         raise UserError("--hybrid-weight blends with a baseline: name it with --hybrid")
     held = HeldOut(args)
     output_folder(args.out)
+    grid = Grid(args.out)
+    # every finished run first: one made with other settings is refused before any training
+    found = {(variant, seed): grid.read(run_cell(variant, seed), settings(args, variant))
+             for variant in args.variants for seed in args.seeds}
     runs, variants = [], {}
     for variant in args.variants:
         wanted = settings(args, variant)
         mine = []
         for seed in args.seeds:
-            work = os.path.join(args.out, "runs", variant, f"seed{seed}")
-            result = read_result(os.path.join(work, "result.json"), wanted)
+            work = os.path.dirname(grid.path(run_cell(variant, seed)))
+            result = found[variant, seed]
             if result is None:
                 print(f"training {variant}, seed {seed} ...", flush=True)
                 ckpt, val, seconds = train(args, variant, seed, work)
                 meta = checkpoint.read(ckpt)[checkpoint.META_KEY]
                 held.check(meta, variant)
-                result = {"variant": variant, "seed": seed, "settings": wanted,
-                          "checkpoint": os.path.relpath(ckpt, args.out),
-                          "train_records": meta["train_share"]["records"],
-                          "val_kendall_tau": val, "train_seconds": seconds,
-                          **held.score([ckpt])}
-                write_json(os.path.join(work, "result.json"), result)
+                result = grid.write(run_cell(variant, seed), {
+                    "variant": variant, "seed": seed, "settings": wanted,
+                    "checkpoint": os.path.relpath(ckpt, args.out),
+                    "train_records": meta["train_share"]["records"],
+                    "val_kendall_tau": val, "train_seconds": seconds, **held.score([ckpt])})
             else:
                 print(f"read back {variant}, seed {seed}", flush=True)
             print(f"  {variant} seed {seed}: val tau {result['val_kendall_tau']:.3f}, held-out "
@@ -549,7 +556,7 @@ def bench(args) -> int:
     if not runs:
         raise UserError("no runs: give --variants and --seeds")
     chosen = max(variants, key=lambda v: variants[v]["val_kendall_tau"]["mean"])
-    summary = {"config": portable(args.config), "dataset": held.dataset,
+    summary = {"config": portable(args.config, REPO), "dataset": held.dataset,
                "test_workloads": len(held.sides["test"]), "test_records": len(held.test),
                "train_workloads": len(held.sides["train"]), "seeds": args.seeds,
                "max_epochs": args.max_epochs, "variants": variants,
@@ -557,7 +564,7 @@ def bench(args) -> int:
                "chosen_on_validation": chosen, "runs": runs}
     if args.diagnose:
         summary["diagnosis"] = diagnose(args, held, variants)
-    write_json(os.path.join(args.out, args.summary), summary)
+    write_json(os.path.join(args.out, args.summary), summary, indent=1)
     print(f"== ablations on {held.dataset}: {summary['test_workloads']} held-out workloads, "
           f"{summary['test_records']} records; seeds {args.seeds}, at most {args.max_epochs} "
           "epochs ==")

@@ -8,8 +8,9 @@ with `torch.export` and imported as `tune run --torch-model` imports a model
 (`datagen.torch_import.relax_module`). Every tuner tunes all of its tasks with MetaSchedule's
 task scheduler (`tuning.tuner.tune_network`, trials spread by task weight) at a total budget
 of B trials per task, for each B of --network-budgets (default 16 and 64) and each seed, with
-the builder and runner every tuner shares. A finished run keeps its database and a `done` file
-(its trials and search wall time) under OUT/runs and is read back, so the part resumes.
+the builder and runner every tuner shares. A finished run keeps its database and a `done.json`
+file (its trials and search wall time) under OUT/runs and is read back, so the part resumes
+(the runs and pairs are cells of a `datagen.grid.Grid`, written whole).
 
 When a (network, seed, budget)'s tuners have all run, each tuner's network is compiled with its
 database (`compile_network`) and the compiled networks are measured interleaved, --rounds
@@ -86,27 +87,24 @@ def task_count(mod, target) -> int:
     return len(ms.relax_integration.extract_tasks(mod, target))
 
 
-def tune(mod, target, tuner: str, trials: int, work: str, measurer, inputs) -> dict:
-    """One tuner's run (read back if it finished with these trials and models): its trials,
-    search wall time, models and device."""
-    from tuning.runs import read_json, write_json
+def tune(mod, target, tuner: str, trials: int, grid, run: str, measurer, inputs) -> dict:
+    """One tuner's run into the folder `run` of the part's `Grid` (read back from its cell
+    `done.json` there if it finished with these trials and models): its trials, search wall
+    time, models and device."""
+    from tuning.runs import model_ids, models_used, same_models
     from tuning.tuner import tune_network
 
-    from tuning.runs import model_ids, models_used, same_models
-
     models = models_used(tuner, model_ids(inputs))
-    done = os.path.join(work, "done.json")
-    if os.path.exists(done):
-        made = read_json(done)
-        if made.get("budget") == trials and same_models(made.get("models"), models):
-            return made
-    shutil.rmtree(work, ignore_errors=True)
+    done = os.path.join(run, "done.json")
+    made = grid.read(done)
+    if made is not None and made.get("budget") == trials and \
+            same_models(made.get("models"), models):
+        return made
+    shutil.rmtree(grid.path(run), ignore_errors=True)
     start = time.perf_counter()
-    tune_network(mod, None, target, tuner, trials, work, measurer, inputs)
-    made = {"budget": trials, "wall_s": time.perf_counter() - start, "models": models,
-            "device": measurer.device}
-    write_json(done, made)
-    return made
+    tune_network(mod, None, target, tuner, trials, grid.path(run), measurer, inputs)
+    return grid.write(done, {"budget": trials, "wall_s": time.perf_counter() - start,
+                             "models": models, "device": measurer.device})
 
 
 def measure_interleaved(executables: dict, arrays: list, target, rounds: int) -> dict:
@@ -128,38 +126,39 @@ def measure_interleaved(executables: dict, arrays: list, target, rounds: int) ->
     return out
 
 
-def run_pair(name: str, seed: int, per_task: int, tuners, out: str, target, measurer,
+def pair_cell(name: str, seed: int, per_task: int) -> str:
+    """A finished (network, seed, budget) in the part's `Grid`: small, kept in git."""
+    return os.path.join("pairs", f"{name}__seed{seed}__b{per_task}.json.xz")
+
+
+def run_pair(name: str, seed: int, per_task: int, tuners, grid, target, measurer,
              search_inputs, rounds: int) -> dict:
     """The pair of (network, seed, budget): every tuner's run, then their compiled networks
-    measured interleaved; read back from its pair file if it finished with these tuners."""
+    measured interleaved; read back from its cell of `grid` if it finished with these
+    tuners."""
     import dataclasses
 
     from tvm.s_tir import meta_schedule as ms
 
-    from tuning.runs import read_json, write_json
     from tuning.tuner import compile_network
 
-    path = os.path.join(out, "pairs", f"{name}__seed{seed}__b{per_task}.json.xz")
-    if os.path.exists(path):
-        pair = read_json(path)
-        if set(pair["latency"]) == set(tuners) and pair["rounds"] >= rounds:
-            return pair
+    pair = grid.read(pair_cell(name, seed, per_task))
+    if pair is not None and set(pair["latency"]) == set(tuners) and pair["rounds"] >= rounds:
+        return pair
     if name not in _EXPORTED:  # once per network, whatever its seeds and budgets
         mod, arrays = export(name, target)
         _EXPORTED[name] = mod, arrays, task_count(mod, target)
     mod, arrays, tasks = _EXPORTED[name]
     runs, executables = {}, {}
     for tuner in tuners:
-        work = os.path.join(out, "runs", name, tuner, f"seed{seed}-b{per_task}")
-        runs[tuner] = tune(mod, target, tuner, per_task * tasks, work, measurer,
+        run = os.path.join("runs", name, tuner, f"seed{seed}-b{per_task}")
+        runs[tuner] = tune(mod, target, tuner, per_task * tasks, grid, run, measurer,
                            dataclasses.replace(search_inputs, seed=seed))
-        executables[tuner] = compile_network(ms.database.JSONDatabase(work_dir=work), mod,
-                                             target)
-    pair = {"network": name, "seed": seed, "per_task": per_task, "tasks": tasks,
-            "runs": runs, "rounds": rounds,
-            "latency": measure_interleaved(executables, arrays, target, rounds)}
-    write_json(path, pair)
-    return pair
+        executables[tuner] = compile_network(
+            ms.database.JSONDatabase(work_dir=grid.path(run)), mod, target)
+    return grid.write(pair_cell(name, seed, per_task), {
+        "network": name, "seed": seed, "per_task": per_task, "tasks": tasks, "runs": runs,
+        "rounds": rounds, "latency": measure_interleaved(executables, arrays, target, rounds)})
 
 
 def _geomean(values) -> float:
@@ -244,17 +243,16 @@ def format_summary(summary: dict) -> str:
 def networks_part(args, target, measurer) -> dict:
     """Tune (or read back) every (network, seed, budget) pair and summarise them; writes
     OUT/tuning-networks/summary.json."""
-    import json
-
     from datagen.errors import UserError
-    from tuning.runs import read_json
+    from datagen.grid import Grid, write_json
     from tuning.tuner import SearchInputs, load_predictor
 
     out = os.path.join(args.out, "tuning-networks")
+    grid = Grid(out)
     tuners = list(args.network_tuners)
     if args.report:
-        folder = os.path.join(out, "pairs")
-        pairs = [read_json(os.path.join(folder, f)) for f in sorted(os.listdir(folder))] \
+        folder = grid.path("pairs")
+        pairs = [grid.read(os.path.join("pairs", f)) for f in sorted(os.listdir(folder))] \
             if os.path.isdir(folder) else []
     else:
         from costmodel.pretrained_xgb import pretrained_xgb_file
@@ -263,14 +261,13 @@ def networks_part(args, target, measurer) -> dict:
         xgb = pretrained_xgb_file(predictor.members[0].path, predictor.meta,
                                   os.path.join(out, "cache"))
         inputs = SearchInputs(predictor, pretrained_xgb=xgb)
-        pairs = [run_pair(name, seed, b, tuners, out, target, measurer, inputs, args.rounds)
+        pairs = [run_pair(name, seed, b, tuners, grid, target, measurer, inputs, args.rounds)
                  for name in args.networks for seed in args.seeds
                  for b in args.network_budgets]
     if not pairs:
         raise UserError(f"no finished (network, seed, budget) in {out}/pairs yet")
     summary = summarize(pairs, tuners)
-    with open(os.path.join(out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
+    write_json(os.path.join(out, "summary.json"), summary, indent=1)
     seeds = sorted({p["seed"] for p in pairs})
     print(f"== networks: {', '.join(summary['networks'])}, seeds {seeds}, "
           f"{pairs[0]['rounds']} interleaved rounds ==")

@@ -48,6 +48,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 CONFIG = os.path.join(ROOT, "configs", "graphsage-networks.yaml")
 CHECKPOINT = "graphsage-v2-networks.ckpt"  # an evaluation checkpoint (bench/evaluation_models.py)
 ROUNDS = 2
+TASKS = "tasks.jsonl"  # a line per measured task: the cells of the benchmark's `Grid`
 ADAPT_DRAWS = 2  # seeded draws of the measured schedules per task, for --adapt
 
 
@@ -264,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from datagen.errors import UserError, output_folder
+    from datagen.grid import Grid, write_json
     from datagen.measure import Measurer
     from datagen.tvm_env import describe_target, host_cpu, make_target, target_json
 
@@ -282,24 +284,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = {"dataset": os.path.relpath(dataset, ROOT) if os.path.isabs(dataset) else dataset,
                     "target_here": target_json(target), "protocol": protocol, "rounds": ROUNDS}
         output_folder(args.out)
-        settings_path = os.path.join(args.out, "settings.json")
-        if os.path.exists(settings_path):
-            with open(settings_path, encoding="utf-8") as handle:
-                if json.load(handle) != settings:
-                    raise UserError(f"{args.out} holds measurements made with other settings "
-                                    "(dataset, host CPU or protocol); give another --out")
-        else:
-            with open(settings_path, "w", encoding="utf-8") as handle:
-                json.dump(settings, handle, indent=1)
-        tasks_path = os.path.join(args.out, "tasks.jsonl")
-        done = {}
-        if os.path.exists(tasks_path):
-            with open(tasks_path, encoding="utf-8") as handle:
-                for text in handle:
-                    if text.strip():
-                        line = json.loads(text)
-                        if line["workload_key"] in keys:
-                            done[line["workload_key"]] = line
+        grid = Grid(args.out, settings)  # measurements of another dataset, CPU or protocol: refused
+        done = {line["workload_key"]: line for line in grid.lines(TASKS)
+                if line["workload_key"] in keys}
         print(f"{len(keys)} held-out tasks of {dataset} ({frame.workload_key.isin(keys).sum()} "
               f"records) on {describe_target(target_json(target))} ({host_cpu()}); "
               f"{len(done)} measured already", flush=True)
@@ -308,17 +295,14 @@ def main(argv: list[str] | None = None) -> int:
             measurer = Measurer(target, protocol)
             start = time.perf_counter()
             try:
-                with open(tasks_path, "a", encoding="utf-8") as out:
-                    for i, key in enumerate(todo):
-                        records = frame[frame.workload_key == key]
-                        here = measure_task(records, measurer)
-                        line = {"workload_key": key, "trace_hash": list(records.trace_hash),
-                                "here": here}
-                        out.write(json.dumps(line) + "\n")
-                        out.flush()
-                        done[key] = line
-                        print(f"  {i + 1}/{len(todo)} {key}: {len(records)} schedules, "
-                              f"{time.perf_counter() - start:.0f} s", flush=True)
+                for i, key in enumerate(todo):
+                    records = frame[frame.workload_key == key]
+                    line = {"workload_key": key, "trace_hash": list(records.trace_hash),
+                            "here": measure_task(records, measurer)}
+                    grid.add_line(TASKS, line)
+                    done[key] = line
+                    print(f"  {i + 1}/{len(todo)} {key}: {len(records)} schedules, "
+                          f"{time.perf_counter() - start:.0f} s", flush=True)
             finally:
                 measurer.close()
             print(f"measured in {time.perf_counter() - start:.0f} s", flush=True)
@@ -335,8 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {"settings": settings, "tasks": keys, "records": len(measured), "failed_here": failed,
                "checkpoint": os.path.relpath(args.checkpoint, ROOT),
                **summarise(measured, args.checkpoint, args.cache_dir, args.adapt, args.seed)}
-    with open(os.path.join(args.out, "summary.json"), "w", encoding="utf-8") as handle:
-        json.dump(summary, handle, indent=1)
+    write_json(os.path.join(args.out, "summary.json"), summary, indent=1)
     plot(summary, os.path.join(args.out, "remeasure.png"))
     print(f"{len(measured)} schedules of {len(keys)} tasks ({failed} failed here):")
     print(f"  {'who ranks':<18} {'against':<10} {'tau':>6} {'top-1':>6}")

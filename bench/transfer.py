@@ -78,6 +78,8 @@ import sys
 import numpy as np
 import pandas as pd
 
+from datagen.grid import Grid, portable, write_json
+
 MODES = ("scratch", "finetuned", "joint", "joint_heads", "finetuned_joint_heads", "self_trained")
 SELF_TRAINED = "self_trained"  # the student of the other modes' models: trained last
 # the modes that train beside --joint-dataset, and those that start from --init-from's weights
@@ -88,8 +90,8 @@ PLOTTED = {"kendall_tau": "Kendall tau", "top1_score": "top-1 score"}
 TOGETHER = "together"  # --together's curve: every mode's models of a share and seed as one
 # `costmodel.splits.SPLITS` that hold out workloads of the one dataset
 TRANSFER_SPLITS = ("shapes", "family", "network", "novel-shapes", "unseen-family")
-CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs",
-                      "graphsage.yaml")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(REPO, "configs", "graphsage.yaml")
 
 
 def trainer_settings(args, work: str) -> dict:
@@ -119,14 +121,14 @@ def run_config(args, architecture: dict, mode: str, share: float, seed: int,
     """The settings `train fit` reads after the base config (--config) for one run: `seed`
     draws the share, `train_seed` (default: `seed`) seeds the training; `teacher`: the
     self-trained mode's pseudo-labels."""
+    from costmodel import views
+
     model = {"architecture": architecture["name"], "hidden": architecture["hidden"],
              "num_layers": architecture["num_layers"], "dropout": architecture["dropout"],
              "use_program_features": bool(architecture["num_program_features"]),
              "readout": architecture.get("readout", "mean_max"),
-             "use_store_features": bool(architecture.get("num_store_features")),
-             "use_trace_features": bool(architecture.get("num_trace_features")),
-             "use_warp_features": bool(architecture.get("num_warp_features"))
-             or args.warp_features}
+             "views": [view.name for view in views.optional() if view.reads(architecture)
+                       or (view is views.WARP and args.warp_features)]}
     if mode in FINETUNED_MODES:
         model["init_from"] = args.init_from
         if args.finetune_lr is not None:
@@ -153,12 +155,13 @@ def run_config(args, architecture: dict, mode: str, share: float, seed: int,
 
 def settings(args) -> dict:
     """What a finished run must share with this invocation to be read back."""
-    wanted = {"dataset": portable(args.dataset), "init_from": portable(args.init_from),
-              "split": args.split, "test_fraction": args.test_fraction,
-              "test_families": args.test_families, "test_networks": args.test_networks,
+    wanted = {"dataset": portable(args.dataset, REPO),
+              "init_from": portable(args.init_from, REPO), "split": args.split,
+              "test_fraction": args.test_fraction, "test_families": args.test_families,
+              "test_networks": args.test_networks,
               "val_fraction": args.val_fraction, "split_seed": args.split_seed,
               "max_epochs": args.max_epochs, "finetune_lr": args.finetune_lr,
-              "config": portable(args.config)}
+              "config": portable(args.config, REPO)}
     # only when set, so results made before these options read back
     if args.normalize_per_workload:
         wanted["normalize_per_workload"] = True
@@ -171,10 +174,21 @@ def settings(args) -> dict:
     if args.ensemble > 1:
         wanted["ensemble"] = args.ensemble
     if set(JOINT_MODES) & set(args.modes):
-        folders = [portable(f) for f in args.joint_dataset]
+        folders = [portable(f, REPO) for f in args.joint_dataset]
         wanted.update(joint_dataset=folders[0] if len(folders) == 1 else folders,
                       joint_share=args.joint_share)
     return wanted
+
+
+def run_settings(wanted: dict, mode: str, teachers: list[str]) -> dict:
+    """What one mode's finished run must share with this invocation (`settings`; the
+    self-trained mode's also its teachers' modes)."""
+    return {**wanted, "teacher": teachers} if mode == SELF_TRAINED else wanted
+
+
+def run_cell(share: float, seed: int, mode: str) -> str:
+    """One run's result in --out (a cell of the benchmark's `Grid`), in the run's folder."""
+    return os.path.join("runs", mode, f"share{share:g}-seed{seed}", "result.json")
 
 
 def train(args, architecture: dict, mode: str, share: float, seed: int, work: str,
@@ -205,51 +219,12 @@ def train(args, architecture: dict, mode: str, share: float, seed: int, work: st
     return found[0]
 
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
 def joint_records(meta: dict) -> int | None:
     """How many records of other datasets trained beside a checkpoint's own (None: none)."""
     joint = meta.get("joint")
     if joint is None:
         return None
     return sum(j["records"] for j in ([joint] if isinstance(joint, dict) else joint))
-
-
-def portable(path: str) -> str:
-    """A path as results record it: relative to the repository when inside it (so results
-    committed from one checkout read back in another), else absolute."""
-    full = os.path.abspath(path)
-    inside = os.path.commonpath([full, REPO]) == REPO
-    return os.path.relpath(full, REPO) if inside else full
-
-
-def read_result(path: str, wanted: dict) -> dict | None:
-    """A finished run's result, None if it has not finished.
-
-    Raises:
-        UserError: it finished with other settings.
-    """
-    from datagen.errors import UserError
-
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        result = json.load(f)
-    if result["settings"] != wanted:
-        differ = sorted(k for k in set(wanted) | set(result["settings"])
-                        if result["settings"].get(k) != wanted.get(k))
-        raise UserError(f"{path} was made with other settings ({', '.join(differ)}); "
-                        "use another --out, or delete it to redo that run")
-    return result
-
-
-def write_json(path: str, value) -> None:
-    """Write atomically: a reader sees the whole file or none."""
-    from datagen.errors import atomic_path
-
-    with atomic_path(path) as tmp, open(tmp, "w") as f:
-        json.dump(value, f, indent=1)
 
 
 class HeldOut:
@@ -370,11 +345,11 @@ def read_reference(path: str, dataset: str, test_records: int) -> dict:
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise UserError(f"--reference {path} is no `costmodel evaluate` report.json "
                         f"({type(e).__name__}: {e})") from None
-    if portable(name) != portable(dataset) or held_out != test_records:
+    if portable(name, REPO) != portable(dataset, REPO) or held_out != test_records:
         raise UserError(f"--reference {path} scored {held_out} held-out records of {name}, "
                         f"these runs {test_records} of {dataset}: give a report of the same "
                         "split")
-    return {"report": portable(path), "runs": model.get("runs"), "metrics": metrics}
+    return {"report": portable(path, REPO), "runs": model.get("runs"), "metrics": metrics}
 
 
 def spread(scores: list[dict]) -> dict:
@@ -670,29 +645,31 @@ def bench(args) -> int:
         args.reference, args.dataset, len(side.records(expected["test"])))
     wanted = settings(args)
     output_folder(args.out)
+    grid = Grid(args.out)
     teachers = [m for m in args.modes if m != SELF_TRAINED]
+    cells = [(share, seed, mode) for share in args.shares for seed in args.seeds
+             for mode in teachers + [m for m in args.modes if m == SELF_TRAINED]]
+    # every finished run first: one made with other settings is refused before any training
+    found = {cell: grid.read(run_cell(*cell), run_settings(wanted, cell[2], teachers))
+             for cell in cells}
     runs = []
-    for share in args.shares:
-        for seed in args.seeds:
-            for mode in teachers + [m for m in args.modes if m == SELF_TRAINED]:
-                work = os.path.join(args.out, "runs", mode, f"share{share:g}-seed{seed}")
-                mine = wanted if mode != SELF_TRAINED else {**wanted, "teacher": teachers}
-                result = read_result(os.path.join(work, "result.json"), mine)
-                if result is None:
-                    teacher = None
-                    if mode == SELF_TRAINED:  # its labels, from this share and seed's models
-                        teacher = f"{work}.teacher.parquet"
-                        n = teach(args, [r for r in runs if (r["share"], r["seed"])
-                                         == (share, seed)], expected["train"], side, teacher)
-                        print(f"  {n} training records labelled by the {', '.join(teachers)} "
-                              "models", flush=True)
-                    result = run(args, architecture, mode, share, seed, work, side, mine,
-                                 teacher)
-                    write_json(os.path.join(work, "result.json"), result)
-                else:
-                    print(f"read back {mode}, share {share:g}, seed {seed}", flush=True)
-                    side.records(result["test_workloads"])  # the same split as the others
-                runs.append(result)
+    for (share, seed, mode), result in found.items():
+        work = os.path.dirname(grid.path(run_cell(share, seed, mode)))
+        if result is None:
+            teacher = None
+            if mode == SELF_TRAINED:  # its labels, from this share and seed's models
+                teacher = f"{work}.teacher.parquet"
+                n = teach(args, [r for r in runs if (r["share"], r["seed"]) == (share, seed)],
+                          expected["train"], side, teacher)
+                print(f"  {n} training records labelled by the {', '.join(teachers)} models",
+                      flush=True)
+            result = grid.write(run_cell(share, seed, mode), run(
+                args, architecture, mode, share, seed, work, side,
+                run_settings(wanted, mode, teachers), teacher))
+        else:
+            print(f"read back {mode}, share {share:g}, seed {seed}", flush=True)
+            side.records(result["test_workloads"])  # the same split as the others
+        runs.append(result)
     if side.keys is None:
         raise UserError("no runs: give --shares and --seeds")
     summary = {"dataset": args.dataset, "init_from": args.init_from,
@@ -711,7 +688,7 @@ def bench(args) -> int:
                "reference": reference,
                "curves": summarize(runs, args.shares), "runs": runs,
                "together": together(args, runs, side) if args.together else None}
-    write_json(os.path.join(args.out, "summary.json"), summary)
+    write_json(os.path.join(args.out, "summary.json"), summary, indent=1)
     plot(summary, os.path.join(args.out, "transfer.png"))
     print(f"== transfer of {args.init_from} to {args.dataset}: {summary['test_workloads']} "
           f"held-out workloads, {summary['test_records']} records, seeds {args.seeds}, "
@@ -773,7 +750,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warp-features", action="store_true",
                         help="every mode's model also reads warp features (the GPU recipe); "
                              "a source without them is widened to read them "
-                             "(`training.module.widen_with_warp_features`)")
+                             "(`training.module.widen_with_node_features`)")
     parser.add_argument("--reference", metavar="REPORT",
                         help="a `costmodel evaluate` report.json of the same held-out records "
                              "(the model trained on all of them): its mean tau and top-1 drawn "

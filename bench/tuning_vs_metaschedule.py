@@ -23,7 +23,8 @@ back, so an interrupted benchmark resumes, also on another machine. --report tun
 summarises the pairs finished so far.
 
 Part 3, end to end: a small PyTorch CNN tuned with one total budget by bo and by ms-default,
-and the compiled network's latency of both and of the untuned build.
+and the compiled network's latency of both and of the untuned build. Its finished runs are
+read back (under --out/tuning-network/runs); another budget or target there is refused.
 
 Part `networks`, whole networks outside every training suite (a CNN and a transformer of the
 network catalogue, `--networks`): every task tuned with MetaSchedule's task scheduler at equal
@@ -65,9 +66,9 @@ a pair's runs are finished, its finalists are re-measured together, holding the 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
+import time
 
 SHAPES_WORKLOADS = [
     "batch_matmul/b12_m197_n197_k64",
@@ -109,6 +110,7 @@ LONG_TUNERS = ["ms-xgb-pretrained", "ms-default"]  # the baselines that the targ
 
 
 def part(name, workloads, checkpoint, args, target, measurer) -> None:
+    from datagen.grid import read_json, write_json
     from datagen.suites import resolve
     from datagen.tvm_env import describe_target
     from tuning.compare import run_curves
@@ -139,8 +141,7 @@ def part(name, workloads, checkpoint, args, target, measurer) -> None:
     if not results:
         raise SystemExit(f"{name}: no finished (workload, seed) pair in {out}/pairs yet")
     budgets = sorted({16, 32, *args.trials})
-    with open(os.path.join(out, "results.json")) as f:
-        done = json.load(f)
+    done = read_json(os.path.join(out, "results.json"))
     summary = summarize(results, remeasured, budgets, trials, tuner_trials,
                         walls=done.get("wall_s"))
     summary["measured_on"] = sorted({describe_target(t) for per_seed in
@@ -149,8 +150,7 @@ def part(name, workloads, checkpoint, args, target, measurer) -> None:
                                  if d is not None})
     summary["pair_seeds"] = done["pair_seeds"]
     summary["models"] = done["models"]
-    with open(os.path.join(out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
+    write_json(os.path.join(out, "summary.json"), summary, indent=1)
     plot_curves(results, os.path.join(out, "curves.png"))
     print(f"== {name}: {len(results)} of {len(workloads)} workloads, seeds {args.seeds}, "
           f"{args.trials_per_iter} trials per round, measured on {summary['measured_on']}"
@@ -170,7 +170,9 @@ def end_to_end(args, target, measurer) -> None:
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
+    from datagen.grid import Grid, write_json
     from datagen.torch_import import relax_module
+    from datagen.tvm_env import target_json
     from tuning.tuner import SearchInputs, compile_network, load_predictor, tune_network
 
     class SmallCNN(torch.nn.Module):
@@ -197,30 +199,37 @@ def end_to_end(args, target, measurer) -> None:
         return float(np.median(timer(inp).results))
 
     out = os.path.join(args.out, "tuning-network")
+    # a run tuned with another budget or target is refused, not read back
+    grid = Grid(out, {"trials": args.network_trials, "trials_per_iter": args.trials_per_iter,
+                      "target": target_json(target)})
     with target:
         untuned = relax.build(mod, target=target)
     rows = {"untuned": [latency(untuned)]}
     for seed in args.seeds:
         for tuner in ("ms-default", "bo"):
-            work = os.path.join(out, "runs", tuner, f"seed{seed}")
-            if os.path.exists(os.path.join(work, "done")):  # tuned before: rebuild from its db
+            done = os.path.join("runs", tuner, f"seed{seed}", "done")
+            work = os.path.dirname(grid.path(done))
+            # tuned before (the cell, or the empty marker of a run made before cells held
+            # JSON): rebuilt from its database
+            if os.path.exists(grid.path(done)):
                 db = ms.database.JSONDatabase(work_dir=work)
             else:
                 shutil.rmtree(work, ignore_errors=True)
+                start = time.perf_counter()
                 db = tune_network(mod, None, target, tuner, args.network_trials, work,
                                   measurer, SearchInputs(predictor, seed),
                                   args.trials_per_iter)
-                open(os.path.join(work, "done"), "w").close()
+                grid.write(done, {"wall_s": time.perf_counter() - start})
             rows.setdefault(tuner, []).append(latency(compile_network(db, mod, target)))
     print(f"== end to end: small CNN, {args.network_trials} trials in total, seeds "
           f"{args.seeds} ==")
     for name, secs in rows.items():
         each = " ".join(f"{s * 1e6:.1f}" for s in secs)
         print(f"{name:<11}{np.median(secs) * 1e6:>10.1f} us median   ({each})")
-    with open(os.path.join(out, "summary.json"), "w") as f:
-        json.dump({"trials": args.network_trials, "seeds": args.seeds,
-                   "latency_us": {n: [s * 1e6 for s in secs] for n, secs in rows.items()}},
-                  f, indent=1)
+    write_json(os.path.join(out, "summary.json"),
+               {"trials": args.network_trials, "seeds": args.seeds,
+                "latency_us": {n: [s * 1e6 for s in secs] for n, secs in rows.items()}},
+               indent=1)
 
 
 def main() -> None:

@@ -25,10 +25,10 @@ from costmodel import views
 from costmodel.graph_walker import FLOP_KINDS, build_graph, program_features  # noqa: F401
 from costmodel.lowering import (FeaturizeError, _one_line, feature_passes,  # noqa: F401
                                 lower_for_features)
-from costmodel.views.graph import (_ARRAYS, BUFFER, DATAFLOW, EDGE_TYPES,  # noqa: F401
-                                   FEATURIZER_VERSION, LOOP_KINDS, NEST, NEST_REV, NODE_FEATURES,
-                                   NODE_KINDS, NUM_NODE_FEATURES, OP_KINDS, SEQ, STRIDE_LOOPS,
-                                   VOCABULARY, ProgramGraph)
+from costmodel.views.graph import (BUFFER, DATAFLOW, EDGE_TYPES, FEATURIZER_VERSION,  # noqa: F401
+                                   LOOP_KINDS, NEST, NEST_REV, NODE_FEATURES, NODE_KINDS,
+                                   NUM_NODE_FEATURES, OP_KINDS, SEQ, STRIDE_LOOPS, VOCABULARY,
+                                   ProgramGraph)
 from costmodel.views.program import NUM_PROGRAM_FEATURES, PROGRAM_FEATURES  # noqa: F401
 from costmodel.views.store import (NUM_STORE_FEATURES, STORE_FEATURES_VERSION,  # noqa: F401
                                    store_features)

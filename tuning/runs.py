@@ -3,6 +3,8 @@
 finished (workload, seed) under `out/pairs/` with every tuner's curve and re-measured
 finalists. A finished run or pair is read back instead of tuned again, so an interrupted
 comparison resumes where it stopped; one tuned with other models or on another device is not.
+Both are written and read as any benchmark's cells (`datagen.grid`: atomically, pairs
+xz-compressed).
 
 Best-so-far over noisy measurements favours the tuner that drew the luckiest outlier, so after
 all tuners of a (workload, seed) have run, each tuner's best schedule at each compared budget
@@ -16,13 +18,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import lzma
 import math
 import os
 import shutil
 import time
 
-from datagen.errors import UserError, atomic_path
+from datagen.errors import UserError
+from datagen.grid import read_json, write_json
 from datagen.measure import device_name
 from tuning.tuner import RECORDS_FILE, SearchInputs, read_curve, tune_workload
 
@@ -39,23 +41,6 @@ def pair_file(out: str, workload_key: str, seed: int) -> str:
     xz-compressed JSON (the finalists' traces repeat; about a sixth of the plain text); one
     written plain before (the name without `.xz`) is read where no compressed one is."""
     return os.path.join(out, "pairs", f"{workload_key.replace('/', '__')}__seed{seed}.json.xz")
-
-
-def read_json(path: str):
-    """The JSON of `path`, xz-compressed if it ends in `.xz`, or else of the plain file that
-    `path` names without that ending (a pair file written before pairs were compressed).
-
-    Raises:
-        OSError: neither exists or can be read; ValueError: it is no JSON.
-    """
-    if path.endswith(".xz") and not os.path.exists(path) and os.path.exists(path[:-3]):
-        path = path[:-3]
-    opener = lzma.open if path.endswith(".xz") else open
-    with opener(path, "rt") as f:
-        try:
-            return json.load(f)
-        except (lzma.LZMAError, EOFError) as err:
-            raise ValueError(f"{path}: {err}") from None
 
 
 def same_models(a: dict | None, b: dict | None) -> bool:
@@ -122,15 +107,6 @@ def read_pair(path: str, runs_to: dict[str, int], budgets: list[int], rounds: in
         (models is None or same_models(pair.get("models"), models)) and \
         all(str(b) in pair["budgets"] for b in budgets)
     return pair if same else None
-
-
-def write_json(path: str, data: dict) -> None:
-    """Write `data` to `path` as JSON (xz-compressed if `path` ends in `.xz`), atomically (a
-    reader never sees half a file)."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    opener = lzma.open if path.endswith(".xz") else open
-    with atomic_path(path) as tmp, opener(tmp, "wt") as f:
-        json.dump(data, f)
 
 
 def models_used(tuner: str, models: dict) -> dict:

@@ -3,6 +3,7 @@ dataset, scored on the same held-out workloads, with their ensemble and a tree b
 
 import json
 import os
+import types
 
 import numpy as np
 import pandas as pd
@@ -10,6 +11,9 @@ import pytest
 import yaml
 
 from conftest import CONFIG, assert_clean_error, run_bench
+from costmodel.blend import blend
+from costmodel.metrics import kendall_tau, top_k_score
+from costmodel.predictor import CostModelPredictor
 
 BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "ablations.py")
 
@@ -53,9 +57,32 @@ def test_the_ablation_bench_scores_variants_ensembles_and_a_baseline_and_resumes
         assert run["train_seconds"] > 0 and (out / run["checkpoint"]).is_file()
     listmle = json.loads((out / "runs" / "listmle" / "seed0" / "run-config.json").read_text())
     assert listmle["model"]["rank_loss"] == "listmle"
-    for row in summary["variants"].values():
-        assert row["test"]["top1_score"]["n"] == 2 and row["ensemble"]["overall"]["top1_score"] >= 0
-    assert 0 <= summary["baselines"]["xgb"]["overall"]["top1_score"] <= 1
+    # every figure is that of the models' (or the trees') own predictions of the same records
+    held = _ablations().HeldOut(types.SimpleNamespace(
+        config=tiny_config, dataset=None, cache_dir=str(tmp_path / "cache"), accelerator="cpu"))
+
+    def predicted(frame, *seeds, variant="base"):
+        """The log-latency that `variant`'s runs of `seeds` (as one ensemble) predict."""
+        paths = [str(out / runs[variant, seed]["checkpoint"]) for seed in seeds]
+        return np.log(CostModelPredictor.load(paths if len(paths) > 1 else paths[0],
+                                              cache_dir=held.cache_dir, blend=False)
+                      .predict_records(frame))
+
+    def assert_figures(found, frame, scores):
+        assert found["kendall_tau"] == pytest.approx(
+            kendall_tau(frame.workload_key, frame.latency_median, scores), nan_ok=True)
+        if "top1_score" in found:
+            assert found["top1_score"] == pytest.approx(top_k_score(
+                frame.workload_key, frame.latency_median, scores, 1, frame.workload_weight))
+
+    for variant, row in summary["variants"].items():
+        assert row["test"]["top1_score"]["n"] == 2
+        assert_figures(row["ensemble"]["overall"], held.test,
+                       predicted(held.test, 0, 1, variant=variant))
+    with np.load(out / "baselines" / "xgb-scores.npz") as kept:  # lower is faster
+        xgb = kept["scores"]
+    assert len(xgb) == len(held.test)
+    assert_figures(summary["baselines"]["xgb"]["overall"], held.test, xgb)
     assert "base ensemble" in proc.stdout and "chosen on validation" in proc.stdout
     # resumed with the hybrid ablation, its weight chosen on validation: runs and the
     # baseline's held-out scores are read back, the baseline scores the validation side once
@@ -66,8 +93,11 @@ def test_the_ablation_bench_scores_variants_ensembles_and_a_baseline_and_resumes
     assert "baseline xgb on the test" not in again.stdout  # read back as well
     assert again.stdout.count("baseline xgb on the val") == 1  # once for both variants
     hybrid = json.loads((out / "summary.json").read_text())["variants"]["base"]["hybrid"]
-    assert hybrid["with"] == "xgb" and 0 <= hybrid["overall"]["top1_score"] <= 1
-    assert hybrid["overall"]["mape"] is None
+    assert hybrid["with"] == "xgb" and hybrid["overall"]["mape"] is None
+    # the base ensemble's predictions and the trees' scores, blended at the chosen weight
+    assert_figures(hybrid["overall"], held.test,
+                   blend(predicted(held.test, 0, 1), -xgb, held.test.workload_key.to_numpy(),
+                         hybrid["weight"]))
     curve = hybrid["val_curve"]
     assert list(curve) == [f"{i / 10:.1f}" for i in range(11)]
     assert curve[f"{hybrid['weight']:.1f}"]["top1_score"] == max(
@@ -85,16 +115,20 @@ def test_the_ablation_bench_scores_variants_ensembles_and_a_baseline_and_resumes
     assert diagnosis["label_ceiling"]["draws"] == _ablations().CEILING_DRAWS
     assert diagnosis["top1_weight"]["tasks"] == 1
     assert diagnosis["top1_weight"]["heaviest_10_share"] == pytest.approx(1.0)
+    sample = _ablations().fit_sample(held)  # the training workloads every fit is scored on
     for variant in ("base", "listmle"):
         fitted = diagnosis["fit"][variant]
-        assert set(fitted) == {"train", "val", "test"} and fitted["train"]["records"] > 0
-        assert -1 <= fitted["train"]["kendall_tau"] <= 1
+        assert set(fitted) == {"train", "val", "test"}
+        assert fitted["train"]["records"] == len(sample) > 0
+        assert_figures(fitted["train"], sample, predicted(sample, 0, variant=variant))
         assert fitted["test"]["worst_picks"][0]["picked_us"] >= fitted["test"]["worst_picks"][0][
             "best_us"]
         assert f"{variant} seed 0 fits train tau" in third.stdout
     tree = diagnosis["fit"]["xgb"]["train"]  # the trees, on the same training workloads
     assert tree["records"] == diagnosis["fit"]["base"]["train"]["records"]
-    assert -1 <= tree["kendall_tau"] <= 1 and "xgb fits train tau" in third.stdout
+    with np.load(out / "baselines" / "xgb-fit-scores.npz") as kept:
+        assert_figures(tree, sample, kept["scores"])
+    assert "xgb fits train tau" in third.stdout
     assert "test, its costliest top-1 picks: " in third.stdout
     assert "held-out labels, one repeat against another" in third.stdout
 

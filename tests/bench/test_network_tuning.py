@@ -84,3 +84,15 @@ def test_bad_input_of_the_networks_part_is_one_line(tmp_path, extra, message):
                      *extra)
     assert proc.returncode != 0 and message in proc.stderr and "Traceback" not in proc.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_a_damaged_pair_is_one_line(tmp_path):
+    """A pair file cut short (not as `run_pair` writes one: whole) names itself and what to do."""
+    folder = tmp_path / "tuning-networks" / "pairs"
+    folder.mkdir(parents=True)
+    (folder / "cnn__seed0__b16.json.xz").write_bytes(b"\xfd7zXZ\x00")
+    proc = run_bench("tuning_vs_metaschedule.py", "--parts", "networks", "--report",
+                     "--out", str(tmp_path))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1, proc.stderr
+    assert "cnn__seed0__b16.json.xz is damaged" in lines[0] and "delete it" in lines[0]
