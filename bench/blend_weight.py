@@ -39,7 +39,7 @@ METRICS = ("kendall_tau", "top1_score", "top5_score", "apeak32")
 def cross_suite_curves(args) -> tuple[dict, dict]:
     """Per side ("val", "test") of --dataset's workloads, per weight, the blend's metrics; and
     what the sides hold."""
-    from costmodel.blend import XGBCompanion, blend
+    from costmodel.blend import Companion, blend
     from costmodel.predictor import CostModelPredictor
     from datagen.errors import UserError
     from datagen.records import read_records
@@ -52,7 +52,7 @@ def cross_suite_curves(args) -> tuple[dict, dict]:
     if not os.path.isfile(xgb_file):
         raise UserError(f"{xgb_file} is missing: the checkpoint's pretrained XGBModel is what "
                         "it blends with (fit it with `costmodel blend CHECKPOINT --with xgb`)")
-    companion = XGBCompanion.load(xgb_file, alone.meta, args.checkpoint, weight=0.5)
+    companion = Companion.load(xgb_file, alone.meta, args.checkpoint, weight=0.5)
     both = CostModelPredictor(alone.members, args.cache_dir, companion)
     frame, _ = usable(read_records(args.dataset, RECORD_COLUMNS))
     if frame.empty:

@@ -17,14 +17,15 @@ standardisation needs a group: a dataset's rows are grouped by workload, a list 
 is taken to be candidates of one workload (as a tuner scores them), and a group of one keeps
 the network's prediction.
 
-The files hold arrays only (`costmodel.companions`): the tree model's own text or JSON,
-LZMA-packed (parsed, never unpickled), and what it was fitted on, so a file for other records is
-refused.
+A companion is a store model (`costmodel.store_models`: fit, score, save, load, `fitted_on`)
+and its file the store model's (`StoreModel.save`, read back by `load_store_model`, which also
+reads the earlier layouts of both files) plus the blend weight: plain arrays only
+(`costmodel.companions`), the tree model's own text or JSON LZMA-packed (parsed, never
+unpickled), and what it was fitted on, so a file for other records is refused.
 """
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -34,8 +35,6 @@ from datagen.errors import UserError, atomic_path
 
 SUFFIX = companions.LIGHTGBM_SUFFIX
 DEFAULT_WEIGHT = 0.5  # of the network; not tuned on any held-out workload
-FORMAT = 2  # 2: the model text LZMA-packed; 1 (still read): the text as a string array
-READS = (1, 2)
 
 
 def beside(checkpoint_path: str) -> str:
@@ -101,153 +100,90 @@ def check_weight(weight: float, path: str, hint: str) -> float:
     return weight
 
 
+TITLES = {"lightgbm": "TenSet's LightGBM", "xgb": "MetaSchedule's XGBModel"}  # by name
+WEIGHT = "blend_weight"  # the entry of a companion's file that makes it blend
+FINGERPRINTS = {"lightgbm": fingerprint, "xgb": xgb_fingerprint}  # what each was fitted on
+SUFFIXES = {"lightgbm": SUFFIX, "xgb": companions.XGB_SUFFIX}  # LightGBM first where both are
+
+
 class Companion:
-    """A tree model fitted on a checkpoint's training records, and the blend weight: scores
-    each program by the sum of its per-store scores, as both tree baselines do."""
+    """A store model fitted on a checkpoint's training records (`costmodel.store_models`:
+    one of the models that score a program as the sum of its stores' scores), and the blend
+    weight. Its file is the store model's, with the weight as one more entry."""
 
-    name = ""  # the baseline it is (`costmodel.store_models.STORE_MODELS`)
-
-    def __init__(self, booster, weight: float, info: dict, path: str | None = None):
-        self.booster, self.weight, self.info, self.path = booster, weight, info, path
+    def __init__(self, model, weight: float, path: str | None = None):
+        self.model, self.weight, self.path = model, weight, path
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(weight={self.weight}, "
-                f"records={self.info.get('records')})")
+        return f"Companion({self.name}, weight={self.weight}, records={self.info.get('records')})"
+
+    @property
+    def name(self) -> str:
+        """The store model it is (`costmodel.store_models.STORE_MODELS`)."""
+        return self.model.name
+
+    @property
+    def info(self) -> dict:
+        """What it was fitted on (`StoreModel.fitted_on`)."""
+        return self.model.fitted_on
 
     def fits(self, meta: dict) -> bool:
         """Whether it was fitted on the training records of a checkpoint described by `meta`."""
-        raise NotImplementedError
-
-    def store_scores(self, rows: np.ndarray) -> np.ndarray:
-        """The model's score of each per-store feature row."""
-        raise NotImplementedError
+        return self.info.get("fingerprint") == FINGERPRINTS[self.name](meta)
 
     def throughput(self, store_rows: list[np.ndarray]) -> np.ndarray:
-        """Predicted normalised throughput (higher is faster) of each program from its
-        per-store feature rows; a program without stores scores 0."""
-        ids = np.repeat(np.arange(len(store_rows)), [len(r) for r in store_rows])
-        rows = [r for r in store_rows if len(r)]
-        if not rows:
-            return np.zeros(len(store_rows))
-        raw = self.store_scores(np.concatenate(rows))
-        return np.bincount(ids, weights=raw, minlength=len(store_rows))
-
-
-class LightGBMCompanion(Companion):
-    """TenSet's LightGBM fitted on a checkpoint's training records, and the blend weight."""
-
-    name = "lightgbm"
-
-    def fits(self, meta: dict) -> bool:
-        return self.info.get("fingerprint") == fingerprint(meta)
-
-    def store_scores(self, rows: np.ndarray) -> np.ndarray:
-        return self.booster.predict(rows, num_threads=1)
+        """Predicted throughput (higher is faster) of each program from its per-store rows."""
+        return self.model.throughput(store_rows)
 
     def save(self, path: str) -> None:
-        """Write the model (LightGBM's text format) and its description, atomically."""
+        """Write the store model and the weight to `path`, atomically."""
         with atomic_path(path, ".npz") as tmp:
-            np.savez_compressed(tmp, format=FORMAT, weight=self.weight,
-                                model=companions.pack(self.booster.model_to_string().encode()),
-                                info=np.array(json.dumps(self.info, sort_keys=True)))
+            self.model.save(tmp)
+            set_weight(tmp, self.weight)
         self.path = path
 
     @classmethod
-    def load(cls, path: str, meta: dict, checkpoint_path: str) -> "LightGBMCompanion":
-        """The companion model in `path` of the checkpoint described by `meta`.
-
-        Raises:
-            UserError: an unreadable file, another format, or a model fitted on records
-                other than the checkpoint's training records.
-        """
-        import lightgbm as lgb
-
-        hint = (f"delete it, or write it again with `costmodel blend {checkpoint_path}`")
-        try:
-            with np.load(path, allow_pickle=False) as f:
-                version, weight = int(f["format"]), float(f["weight"])
-                if version not in READS:
-                    raise UserError(f"{path} is format {version}, this version reads formats "
-                                    f"{', '.join(map(str, READS))}; {hint}")
-                text = (str(f["model"]) if version == 1
-                        else companions.unpack(f["model"]).decode())
-                info = json.loads(str(f["info"]))
-        except (OSError, ValueError, KeyError, UnicodeDecodeError) as err:
-            raise UserError(f"{path} is not a LightGBM companion model ({err}); {hint}") \
-                from None
-        if info.get("fingerprint") != fingerprint(meta):
-            raise UserError(f"{path} was fitted on other records than the training records "
-                            f"of {checkpoint_path}; {hint}")
-        check_weight(weight, path, hint)
-        try:
-            booster = lgb.Booster(model_str=text)
-        except lgb.basic.LightGBMError as err:
-            raise UserError(f"{path}: LightGBM cannot read its model ({err}); {hint}") from None
-        return cls(booster, weight, info, path)
-
-
-TITLES = {"lightgbm": "TenSet's LightGBM", "xgb": "MetaSchedule's XGBModel"}  # by `name`
-XGB_WEIGHT = "blend_weight"  # the entry of a pretrained XGBModel file that makes it blend
-
-
-class XGBCompanion(Companion):
-    """MetaSchedule's XGBModel pretrained on a checkpoint's training records (the file of
-    `ms-xgb-pretrained`, `costmodel.store_models.save_xgb`), with a blend weight written into it by
-    `set_xgb_weight`. It scores as XGBModel predicts: each store's margin, summed."""
-
-    name = "xgb"
-
-    def fits(self, meta: dict) -> bool:
-        return self.info.get("fingerprint") == xgb_fingerprint(meta)
-
-    def store_scores(self, rows: np.ndarray) -> np.ndarray:
-        import xgboost as xgb
-
-        return self.booster.predict(xgb.DMatrix(rows), output_margin=True,
-                                    validate_features=False)
-
-    @classmethod
     def load(cls, path: str, meta: dict, checkpoint_path: str,
-             weight: float | None = None) -> "XGBCompanion | None":
-        """The blending XGBModel in `path`, or None if the file holds no blend weight (it is
-        then only `ms-xgb-pretrained`'s model); with `weight`, blending at that weight
-        whatever the file holds (to try weights).
+             weight: float | None = None) -> "Companion | None":
+        """The companion in `path` of the checkpoint described by `meta`, or None if the file
+        holds no blend weight (a pretrained XGBModel that is only `ms-xgb-pretrained`'s
+        model); with `weight`, blending at that weight whatever the file holds (to try
+        weights).
 
         Raises:
-            UserError: an unreadable file, or one fitted on records other than the
+            UserError: an unreadable file, or a model fitted on records other than the
                 checkpoint's training records.
         """
-        import xgboost as xgb
+        from costmodel.store_models import load_store_model
 
-        hint = f"delete it, or write it again with `costmodel blend {checkpoint_path} --with xgb`"
-        try:
+        with_xgb = " --with xgb" if path.endswith(companions.XGB_SUFFIX) else ""
+        hint = f"delete it, or write it again with `costmodel blend {checkpoint_path}{with_xgb}`"
+        model = load_store_model(path, scoring_only=True, hint=hint)
+        if weight is None:
             with np.load(path, allow_pickle=False) as f:
-                if weight is None and XGB_WEIGHT not in f:
+                stored = f[WEIGHT] if WEIGHT in f else f["weight"] if "weight" in f else None
+                if stored is None:
                     return None
-                weight = float(f[XGB_WEIGHT]) if weight is None else float(weight)
-                model = companions.unpack(f["booster_json"])
-                info = {"fingerprint": str(f["fingerprint"]), "records": int(f["rows"].size)}
-            booster = xgb.Booster()
-            booster.load_model(bytearray(model))
-        except (OSError, ValueError, KeyError, xgb.core.XGBoostError) as err:
-            raise UserError(f"{path} is not a pretrained XGBModel ({str(err)[:200]}); {hint}") \
-                from None
-        if info["fingerprint"] != xgb_fingerprint(meta):
+                weight = float(stored)
+        if model.name not in FINGERPRINTS:
+            raise UserError(f"{path} holds a {model.name} model, which scores whole programs "
+                            f"and does not blend; {hint}")
+        companion = cls(model, float(weight), path)
+        if not companion.fits(meta):
             raise UserError(f"{path} was fitted on other records than the training records "
                             f"of {checkpoint_path}; {hint}")
-        check_weight(weight, path, hint)
-        booster.set_param({"nthread": 1})
-        return cls(booster, weight, info, path)
+        check_weight(companion.weight, path, hint)
+        return companion
 
 
-def set_xgb_weight(path: str, weight: float) -> None:
-    """Write (or replace) the blend weight in a pretrained XGBModel file, atomically: the
-    checkpoint beside it then predicts the blend."""
+def set_weight(path: str, weight: float) -> None:
+    """Write (or replace) the blend weight in a companion's file, atomically: the checkpoint
+    beside it then predicts the blend."""
     check_weight(weight, path, "give the network's share, in [0, 1]")
     with np.load(path, allow_pickle=False) as f:
-        arrays = {k: f[k] for k in f.files if k != XGB_WEIGHT}
+        arrays = {k: f[k] for k in f.files if k not in (WEIGHT, "weight")}
     with atomic_path(path, ".npz") as tmp:
-        np.savez_compressed(tmp, **arrays, **{XGB_WEIGHT: np.float64(weight)})
+        np.savez_compressed(tmp, **arrays, **{WEIGHT: np.float64(weight)})
 
 
 def load_companion(checkpoint_path: str, meta: dict) -> Companion | None:
@@ -257,8 +193,7 @@ def load_companion(checkpoint_path: str, meta: dict) -> Companion | None:
     Raises:
         UserError: a companion file that is unreadable or fitted on other records.
     """
-    if os.path.isfile(path := beside(checkpoint_path)):
-        return LightGBMCompanion.load(path, meta, checkpoint_path)
-    if os.path.isfile(path := companions.beside(checkpoint_path, companions.XGB_SUFFIX)):
-        return XGBCompanion.load(path, meta, checkpoint_path)
+    for suffix in SUFFIXES.values():
+        if os.path.isfile(path := companions.beside(checkpoint_path, suffix)):
+            return Companion.load(path, meta, checkpoint_path)
     return None

@@ -61,13 +61,14 @@ def fit_companion(checkpoint_path: str, dataset: str | None = None,
         if load_xgb(out, pretrained_xgb.fingerprint(ckpt.meta)) is None:
             pretrained_xgb.write_pretrained_xgb(checkpoint_path, ckpt.meta, out, dataset,
                                                 progress)
-        blend.set_xgb_weight(out, weight)
+        blend.set_weight(out, weight)
         return out
     frame = training_records(checkpoint_path, ckpt.meta, dataset, "the LightGBM companion")
     target = make_target(json.loads(ckpt.meta["target"]))
     features = per_store_features(frame, target, progress, cache_dir=cache_dir)
     model = LightGBMStoreModel.fit(frame, target, seed=LIGHTGBM_SEED, features=features)
-    info = {"fingerprint": blend.fingerprint(ckpt.meta), "checkpoint": os.path.basename(
-        checkpoint_path), "dataset": dataset or ckpt.meta["dataset"], **model.fitted_on}
-    blend.LightGBMCompanion(model.model, weight, info).save(out)
+    model.fitted_on.update(fingerprint=blend.fingerprint(ckpt.meta),
+                           checkpoint=os.path.basename(checkpoint_path),
+                           dataset=dataset or ckpt.meta["dataset"])
+    blend.Companion(model, weight).save(out)
     return out

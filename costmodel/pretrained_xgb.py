@@ -9,7 +9,7 @@ on (the training workloads, the target, the TVM version), so a file for other re
 used. Files hold arrays only (`costmodel.companions`) and load without unpickling
 (`costmodel.store_models.load_xgb`). A file beside its checkpoint that also holds a blend weight
 (`costmodel blend CHECKPOINT --with xgb`) makes the checkpoint predict the blend of the network
-and this model (`costmodel.blend.XGBCompanion`).
+and this model (`costmodel.blend.Companion`).
 """
 
 from __future__ import annotations

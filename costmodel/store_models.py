@@ -488,6 +488,21 @@ class StoreModel:
         """Its score of every row of `frame` (higher is faster), indexed like it."""
         raise NotImplementedError
 
+    def store_scores(self, rows: np.ndarray) -> np.ndarray:
+        """Its score of each per-store feature row, for a model that scores a program as the
+        sum of its stores' scores (the tree models; not the MLP, which scores programs)."""
+        raise NotImplementedError(f"the {self.name} model scores whole programs, not stores")
+
+    def throughput(self, store_rows: list[np.ndarray]) -> np.ndarray:
+        """Its score of each program (higher is faster) from the program's per-store feature
+        rows, the sum of `store_scores`; a program without stores scores 0."""
+        ids = np.repeat(np.arange(len(store_rows)), [len(r) for r in store_rows])
+        rows = [r for r in store_rows if len(r)]
+        if not rows:
+            return np.zeros(len(store_rows))
+        raw = self.store_scores(np.concatenate(rows))
+        return np.bincount(ids, weights=raw, minlength=len(store_rows))
+
     def save(self, path: str) -> None:
         """Write it to `path` (a `.npz` archive of plain arrays), atomically."""
         with atomic_path(path, ".npz") as tmp:
@@ -533,6 +548,12 @@ class XGBStoreModel(StoreModel):
     def score(self, frame, features=None, cache_dir=None) -> pd.Series:
         return predict_xgb(self.model, frame, self.target)
 
+    def store_scores(self, rows: np.ndarray) -> np.ndarray:
+        import xgboost as xgb
+
+        return self.model.booster.predict(xgb.DMatrix(rows), output_margin=True,
+                                          validate_features=False)
+
     def save(self, path: str) -> None:
         save_xgb(self.model, path, json.dumps(self.fitted_on, sort_keys=True), self.fitted_on)
 
@@ -563,6 +584,9 @@ class LightGBMStoreModel(StoreModel):
             features = per_store_features(frame, self.target, cache_dir=cache_dir)
         return predict_lightgbm(self.model, frame, self.target, features)
 
+    def store_scores(self, rows: np.ndarray) -> np.ndarray:
+        return self.model.predict(rows, num_threads=LIGHTGBM_THREADS)
+
     def _arrays(self) -> dict:
         return {"model": companions.pack(self.model.model_to_string().encode())}
 
@@ -570,8 +594,10 @@ class LightGBMStoreModel(StoreModel):
     def _from_arrays(cls, z, fitted_on: dict) -> "LightGBMStoreModel":
         import lightgbm as lgb
 
+        stored = z["model"]  # LZMA-packed text; a string in the first companion files
+        text = str(stored) if stored.dtype.kind == "U" else companions.unpack(stored).decode()
         try:
-            return cls(lgb.Booster(model_str=companions.unpack(z["model"]).decode()), fitted_on)
+            return cls(lgb.Booster(model_str=text), fitted_on)
         except lgb.basic.LightGBMError as err:
             raise ValueError(f"LightGBM cannot read its model: {err}") from None
 
@@ -610,26 +636,67 @@ class TenSetMLPStoreModel(StoreModel):
         return cls((net.eval(), scale), fitted_on)
 
 
-def load_store_model(path: str) -> StoreModel:
-    """The model `StoreModel.save` wrote to `path`, loaded without unpickling anything.
+def load_store_model(path: str, scoring_only: bool = False,
+                     hint: str = "fit it again (its `save` writes the file)") -> StoreModel:
+    """The model in `path`, loaded without unpickling anything: what `StoreModel.save` wrote,
+    or a file beside a checkpoint (`costmodel.companions`) of an earlier layout: a pretrained
+    XGBModel as `save_xgb` writes it without `fitted_on` (its `fitted_on` then holds its
+    fingerprint and records), a LightGBM companion of formats 1 and 2. `scoring_only`: an
+    XGBModel without its training features, which scores but cannot go on learning (a
+    fraction of the time and memory to load); its `fitted_on` says `scoring_only`.
 
     Raises:
-        UserError: the file is missing, damaged or no saved store model.
+        UserError: the file is missing, damaged or no saved store model (`hint` says what
+            to do).
     """
-    hint = "fit it again (its `save` writes the file)"
     try:
         with np.load(path, allow_pickle=False) as z:
-            if KIND not in z or FITTED_ON not in z:
+            if KIND in z and FITTED_ON in z:
+                kind, fitted_on = str(z[KIND]), json.loads(str(z[FITTED_ON]))
+            elif "booster_json" in z and "fingerprint" in z:  # a pretrained XGBModel's file
+                kind, fitted_on = "xgb", {"model": "xgb", "fingerprint": str(z["fingerprint"]),
+                                          "records": int(z["rows"].size)}
+            elif {"format", "model", "info"} <= set(z.files):  # a LightGBM companion, 1 or 2
+                kind, fitted_on = "lightgbm", _lightgbm_companion_info(z, path, hint)
+            else:
                 raise UserError(f"{path} is no saved store model (it names no kind and no "
                                 f"fitting); {hint}")
-            kind, fitted_on = str(z[KIND]), json.loads(str(z[FITTED_ON]))
             cls = STORE_MODELS.get(kind) if kind in STORE_MODELS else None
             if cls is None:
                 raise UserError(f"{path} holds a {kind!r} model; store models are "
                                 f"{', '.join(STORE_MODELS.names())}")
             if cls is not XGBStoreModel:
                 return cls._from_arrays(z, fitted_on)
+            if scoring_only:
+                return XGBStoreModel(_xgb_for_scoring(z), {**fitted_on, "scoring_only": True})
     except (OSError, ValueError, KeyError, RuntimeError, EOFError, zipfile.BadZipFile) as err:
         raise UserError(f"{path} is not a readable store model ({str(err)[:200]}); {hint}") \
             from None
     return XGBStoreModel(load_xgb(path), fitted_on)
+
+
+LIGHTGBM_COMPANION_FORMATS = (1, 2)  # 1: the model text as a string; 2: LZMA-packed
+
+
+def _lightgbm_companion_info(z, path: str, hint: str) -> dict:
+    """What a LightGBM companion file of an earlier layout was fitted on (its `info`)."""
+    version = int(z["format"])
+    if version not in LIGHTGBM_COMPANION_FORMATS:
+        raise UserError(f"{path} is format {version}, this version reads formats "
+                        f"{', '.join(map(str, LIGHTGBM_COMPANION_FORMATS))}; {hint}")
+    return {"model": "lightgbm", **json.loads(str(z["info"]))}
+
+
+def _xgb_for_scoring(z):
+    """An XGBModel with the booster of a `save_xgb` file and none of its training features."""
+    import xgboost as xgb
+
+    booster = xgb.Booster()
+    try:
+        booster.load_model(bytearray(companions.unpack(z["booster_json"])))
+    except xgb.core.XGBoostError as err:
+        raise ValueError(f"XGBoost cannot read its model: {str(err)[:200]}") from None
+    booster.set_param({"nthread": 1})
+    model = new_xgb()
+    model.booster = booster
+    return model

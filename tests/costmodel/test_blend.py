@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from costmodel import blend
+from costmodel.store_models import LightGBMStoreModel, load_store_model
 from datagen.errors import UserError
 
 META = {"sides": {"train": ["dense/a", "conv2d/b"]}, "target": '{"kind": "llvm"}'}
@@ -58,43 +59,68 @@ def booster():
 def test_a_companion_round_trips_without_pickle(booster, tmp_path):
     path = str(tmp_path / "m.lgb.npz")
     info = {"fingerprint": blend.fingerprint(META), "records": 200}
-    blend.LightGBMCompanion(booster, 0.3, info).save(path)
+    blend.Companion(LightGBMStoreModel(booster, info), 0.3).save(path)
     with np.load(path, allow_pickle=False) as f:  # arrays of numbers and text only
         assert {k: f[k].dtype.kind for k in f.files} == \
-            {"format": "i", "weight": "f", "model": "u", "info": "U"}
-    back = blend.LightGBMCompanion.load(path, META, "m.ckpt")
+            {"kind": "U", "fitted_on": "U", "model": "u", "blend_weight": "f"}
+    back = blend.Companion.load(path, META, "m.ckpt")
     assert back.weight == 0.3 and back.info == info and back.path == path
-    assert back.booster.model_to_string() == booster.model_to_string()
+    assert back.name == "lightgbm" and back.fits(META)
+    assert back.model.model.model_to_string() == booster.model_to_string()
+    # the same file is a store model to the one interface, the weight aside
+    assert load_store_model(path).fitted_on == info
     assert os.listdir(tmp_path) == ["m.lgb.npz"]  # no temporary file left
     rows = [np.random.default_rng(1).normal(size=(n, 5)) for n in (3, 0, 1)]
     np.testing.assert_allclose(back.throughput(rows), [booster.predict(rows[0]).sum(), 0.0,
                                                        booster.predict(rows[2]).sum()])
 
 
+def _lightgbm(booster, weight: float) -> blend.Companion:
+    return blend.Companion(LightGBMStoreModel(booster, {"fingerprint": blend.fingerprint(META)}),
+                           weight)
+
+
 def test_a_companion_of_other_records_or_no_companion_at_all_is_refused(booster, tmp_path):
     path = str(tmp_path / "m.lgb.npz")
-    blend.LightGBMCompanion(booster, 0.5, {"fingerprint": blend.fingerprint(META)}).save(path)
+    _lightgbm(booster, 0.5).save(path)
     other = {**META, "sides": {"train": ["dense/a"]}}
-    with pytest.raises(UserError, match="fitted on other records.*costmodel blend m.ckpt"):
-        blend.LightGBMCompanion.load(path, other, "m.ckpt")
+    with pytest.raises(UserError, match="fitted on other records.*costmodel blend m.ckpt`"):
+        blend.Companion.load(path, other, "m.ckpt")
     bad = tmp_path / "bad.lgb.npz"
     bad.write_bytes(b"not a zip")
-    with pytest.raises(UserError, match="is not a LightGBM companion model"):
-        blend.LightGBMCompanion.load(str(bad), META, "m.ckpt")
+    with pytest.raises(UserError, match="is not a readable store model.*costmodel blend"):
+        blend.Companion.load(str(bad), META, "m.ckpt")
     broken = tmp_path / "broken.lgb.npz"
     np.savez(broken, format=1, weight=0.5, model=np.array("tree\nnonsense"),
              info=np.array(json.dumps({"fingerprint": blend.fingerprint(META)})))
     with pytest.raises(UserError, match="LightGBM cannot read its model"):
-        blend.LightGBMCompanion.load(str(broken), META, "m.ckpt")
+        blend.Companion.load(str(broken), META, "m.ckpt")
     newer = tmp_path / "newer.lgb.npz"
     np.savez(newer, format=3, weight=0.5, model=np.array(""), info=np.array("{}"))
     with pytest.raises(UserError, match="format 3, this version reads formats 1, 2"):
-        blend.LightGBMCompanion.load(str(newer), META, "m.ckpt")
+        blend.Companion.load(str(newer), META, "m.ckpt")
     unpacked = tmp_path / "unpacked.lgb.npz"  # format 2 holds an LZMA stream, not bytes as such
     np.savez(unpacked, format=2, weight=0.5, model=np.frombuffer(b"tree\n", np.uint8),
              info=np.array(json.dumps({"fingerprint": blend.fingerprint(META)})))
-    with pytest.raises(UserError, match="is not a LightGBM companion model.*not a packed"):
-        blend.LightGBMCompanion.load(str(unpacked), META, "m.ckpt")
+    with pytest.raises(UserError, match="is not a readable store model.*not a packed"):
+        blend.Companion.load(str(unpacked), META, "m.ckpt")
+
+
+def test_a_lightgbm_companion_of_the_earlier_layout_still_blends(booster, tmp_path):
+    """The layout `costmodel blend` wrote before companions were store models (format 2: the
+    model text LZMA-packed, its weight and description), as the shipped GPU model's is."""
+    from costmodel import companions
+
+    path = str(tmp_path / "m.lgb.npz")
+    info = {"fingerprint": blend.fingerprint(META), "records": 200}
+    np.savez_compressed(path, format=2, weight=0.4,
+                        model=companions.pack(booster.model_to_string().encode()),
+                        info=np.array(json.dumps(info)))
+    back = blend.Companion.load(path, META, "m.ckpt")
+    assert back.weight == 0.4 and back.info == {"model": "lightgbm", **info}
+    assert back.model.model.model_to_string() == booster.model_to_string()
+    blend.set_weight(path, 0.7)  # a new weight replaces the old entry
+    assert blend.Companion.load(path, META, "m.ckpt").weight == 0.7
 
 
 def test_the_companion_lives_beside_its_checkpoint():
@@ -127,13 +153,13 @@ def test_a_pretrained_xgbmodel_blends_once_it_holds_a_weight(xgb_booster, booste
 
     path = str(tmp_path / "m.xgb.npz")
     _xgb_file(path, xgb_booster, blend.xgb_fingerprint(META))
-    assert blend.XGBCompanion.load(path, META, "m.ckpt") is None  # ms-xgb-pretrained's only
+    assert blend.Companion.load(path, META, "m.ckpt") is None  # ms-xgb-pretrained's only
     assert blend.load_companion(str(tmp_path / "m.ckpt"), META) is None
-    blend.set_xgb_weight(path, 0.3)
+    blend.set_weight(path, 0.3)
     with np.load(path, allow_pickle=False) as f:  # the other entries are kept as they were
         assert sorted(f.files) == ["blend_weight", "booster_json", "fingerprint", "rows"]
     back = blend.load_companion(str(tmp_path / "m.ckpt"), META)
-    assert isinstance(back, blend.XGBCompanion) and back.name == "xgb"
+    assert back.name == "xgb" and back.info["scoring_only"]
     assert back.weight == 0.3 and back.path == path and back.fits(META)
     assert not back.fits({**META, "sides": {"train": ["dense/a"]}})
     assert sorted(os.listdir(tmp_path)) == ["m.xgb.npz"]  # no temporary file left
@@ -143,27 +169,26 @@ def test_a_pretrained_xgbmodel_blends_once_it_holds_a_weight(xgb_booster, booste
     np.testing.assert_allclose(back.throughput(rows), [margin[0], 0.0, margin[1]], rtol=1e-6)
     # a LightGBM companion beside the same checkpoint is the one that blends
     lgb_path = blend.beside(str(tmp_path / "m.ckpt"))
-    blend.LightGBMCompanion(booster, 0.5, {"fingerprint": blend.fingerprint(META)}).save(lgb_path)
-    assert isinstance(blend.load_companion(str(tmp_path / "m.ckpt"), META),
-                      blend.LightGBMCompanion)
+    _lightgbm(booster, 0.5).save(lgb_path)
+    assert blend.load_companion(str(tmp_path / "m.ckpt"), META).name == "lightgbm"
 
 
 def test_a_pretrained_xgbmodel_of_other_records_or_weight_is_refused(xgb_booster, tmp_path):
     path = str(tmp_path / "m.xgb.npz")
     _xgb_file(path, xgb_booster, "0" * 40)
-    blend.set_xgb_weight(path, 0.5)
+    blend.set_weight(path, 0.5)
     with pytest.raises(UserError, match="fitted on other records.*costmodel blend m.ckpt "
                        "--with xgb"):
-        blend.XGBCompanion.load(path, META, "m.ckpt")
+        blend.Companion.load(path, META, "m.ckpt")
     with pytest.raises(UserError, match=r"outside \[0, 1\]"):
-        blend.set_xgb_weight(path, 1.5)
+        blend.set_weight(path, 1.5)
     _xgb_file(path, xgb_booster, blend.xgb_fingerprint(META))
     with np.load(path, allow_pickle=False) as f:
         arrays = {k: f[k] for k in f.files}
     np.savez(path, **arrays, blend_weight=np.float64(-0.1))
     with pytest.raises(UserError, match=r"blend weight -0.1, outside \[0, 1\]"):
-        blend.XGBCompanion.load(path, META, "m.ckpt")
+        blend.Companion.load(path, META, "m.ckpt")
     np.savez(path, fingerprint=np.array(blend.xgb_fingerprint(META)), rows=np.ones(1),
              booster_json=np.frombuffer(b"{}", np.uint8), blend_weight=np.float64(0.5))
-    with pytest.raises(UserError, match="is not a pretrained XGBModel.*not a packed"):
-        blend.XGBCompanion.load(path, META, "m.ckpt")
+    with pytest.raises(UserError, match="is not a readable store model.*not a packed"):
+        blend.Companion.load(path, META, "m.ckpt")

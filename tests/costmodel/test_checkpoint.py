@@ -219,6 +219,14 @@ def test_the_shipped_checkpoints_are_current_and_installed():
                                    blend=False).companion is None
     with pytest.raises(UserError, match="missing from this installation"):
         checkpoints.path("nope.ckpt")
+    # the files beside them are store models to the one interface of costmodel.store_models
+    from costmodel.store_models import load_store_model
+
+    for name, kind in (("graphsage-v2.xgb.npz", "xgb"), ("graphsage-h100.lgb.npz", "lightgbm")):
+        model = load_store_model(checkpoints.path(name), scoring_only=True)
+        assert model.name == kind and model.fitted_on["records"] > 7000
+    assert cpu.companion.info["fingerprint"] == load_store_model(
+        checkpoints.path("graphsage-v2.xgb.npz"), scoring_only=True).fitted_on["fingerprint"]
 
 
 def test_models_are_created_by_name():

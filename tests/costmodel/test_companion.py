@@ -133,8 +133,8 @@ def test_blend_bad_input_is_one_line(own_checkpoint, tiny_checkpoint, tiny_datas
             check=True)
     with np.load(other / "model.lgb.npz", allow_pickle=False) as f:
         arrays = {k: f[k] for k in f.files}
-    arrays["info"] = np.array(json.dumps({**json.loads(str(arrays["info"])),
-                                          "fingerprint": "0" * 40}))
+    arrays["fitted_on"] = np.array(json.dumps({**json.loads(str(arrays["fitted_on"])),
+                                               "fingerprint": "0" * 40}))
     np.savez(blend.beside(own_checkpoint), **arrays)
     proc = run_cli("evaluate", own_checkpoint, "--dataset", tiny_dataset, "--out",
                    str(tmp_path / "eval"), "--no-baseline", prog="costmodel")
@@ -162,9 +162,9 @@ def test_what_is_fitted_beside_a_checkpoint_of_a_share_sees_that_share(tiny_data
     assert share["share"] == 0.5 and share["records"] < share["of"]
 
     run_cli("blend", ckpt, prog="costmodel", check=True)
-    with np.load(blend.beside(ckpt), allow_pickle=False) as f:
-        info = json.loads(str(f["info"]))
-    assert info["records"] == share["records"]
+    from costmodel.store_models import load_store_model
+
+    assert load_store_model(blend.beside(ckpt)).fitted_on["records"] == share["records"]
     out = tmp_path / "eval"
     run_cli("evaluate", ckpt, "--dataset", tiny_dataset, "--out", str(out), "--baselines",
             "xgb", prog="costmodel", check=True)
