@@ -269,6 +269,7 @@ def test_sigint_stops_after_the_program_being_measured_and_resume_finishes(tmp_p
     deadline = time.time() + 300
     while len(shard_paths(out)) < 2 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]  # still collecting
     workers = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
