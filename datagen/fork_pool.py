@@ -24,6 +24,10 @@ import traceback
 import psutil
 
 FORK_PRELOAD = ["tvm", "datagen.builder"]
+# the longest path of a Unix socket on Linux (108 bytes with its NUL), which the fork server's
+# socket in multiprocessing's temporary folder must fit: "pymp-XXXXXXXX/listener-XXXXXXXX"
+MAX_SOCKET_PATH = 107
+SOCKET_NAME = len("/pymp-xxxxxxxx/listener-xxxxxxxx")
 READY_TIMEOUT_SEC = 600  # a worker's start (its initializer: a target's intrinsics, NVRTC's headers)
 OK, TIMEOUT, ERROR = "ok", "timeout", "error"
 
@@ -43,7 +47,25 @@ def fork_context(*preload: str):
     if _context is None:
         _context = multiprocessing.get_context("forkserver")
     _context.set_forkserver_preload(list(_preload))  # used only if the server is not running
+    _socket_folder()
     return _context
+
+
+def _socket_folder() -> str:
+    """multiprocessing's temporary folder of this process, where the fork server's socket is
+    made: in TMPDIR, as multiprocessing makes it, unless TMPDIR's path is too long for a socket
+    (the server would not start: "AF_UNIX path too long"), then in the system's /tmp. Made
+    once per process (and removed at its exit, as multiprocessing does)."""
+    import tempfile
+    from multiprocessing import util
+
+    if len(tempfile.gettempdir()) + SOCKET_NAME <= MAX_SOCKET_PATH:
+        return util.get_temp_dir()
+    chosen, tempfile.tempdir = tempfile.tempdir, "/tmp"
+    try:
+        return util.get_temp_dir()  # unless made before this call
+    finally:
+        tempfile.tempdir = chosen
 
 
 def kill_process_tree(pid: int) -> list[psutil.Process]:

@@ -43,3 +43,23 @@ def test_a_job_past_its_limit_is_killed_and_the_next_gets_a_fresh_worker():
         assert pids[0] == pids[1] != pids[2]  # recycled after max_uses jobs
     finally:
         pool.shutdown()
+
+
+def test_a_temporary_folder_too_long_for_a_socket_still_starts_the_server(tmp_path):
+    """multiprocessing makes the fork server's socket in TMPDIR, and a socket's path has at
+    most 107 bytes: under a longer TMPDIR the server's socket goes to the system's /tmp, and
+    nothing is left in TMPDIR once the process ends."""
+    import subprocess
+    import sys
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    code = ("from datagen.fork_pool import ForkPool\n"
+            "pool = ForkPool(1, 60)\n"
+            "print(pool.map(len, [('abc',)]))\n"
+            "pool.shutdown()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "TMPDIR": str(deep)}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "[('ok', 3)]"
+    assert not list(deep.iterdir())
