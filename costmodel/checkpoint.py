@@ -46,7 +46,7 @@ import torch
 from costmodel import featurize, views
 from costmodel.model import create_model
 from costmodel.normalization import Normalization
-from datagen.errors import UserError
+from datagen.errors import UserError, atomic_path
 
 FORMAT_VERSION = 2
 META_KEY = "costmodel"
@@ -238,13 +238,8 @@ def save(path: str, model, meta: dict, hparams: dict) -> None:
     (no optimiser state). Written to a temporary file and renamed, so never half there."""
     ckpt = {META_KEY: meta, "hyper_parameters": dict(hparams),
             "state_dict": {PREFIX + k: v.detach().cpu() for k, v in model.state_dict().items()}}
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
+    with atomic_path(path, ".ckpt") as tmp:
         torch.save(ckpt, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def convert(src: str, dst: str) -> dict:

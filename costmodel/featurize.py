@@ -34,6 +34,7 @@ from costmodel.views.store import (NUM_STORE_FEATURES, STORE_FEATURES_VERSION,  
                                    store_features)
 from costmodel.views.warp import (BANK_BYTES, BANKS, NUM_WARP_FEATURES,  # noqa: F401
                                   SECTOR_BYTES, WARP_FEATURES, WARP_FEATURES_VERSION, WARP_SIZE)
+from datagen.errors import atomic_path
 
 DEFAULT_MEMORY_CACHE_SIZE = 4096  # graphs kept in memory, about 50 kB each
 WORKLOAD_DIGEST_CHARS = 16  # workload digest prefix in a record's cache key
@@ -42,10 +43,8 @@ WORKLOAD_DIGEST_CHARS = 16  # workload digest prefix in a record's cache key
 def save_rows(path: Path, rows: np.ndarray) -> None:
     """Write an .npy atomically (a concurrent reader sees the whole file or none)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as out:
+    with atomic_path(str(path), ".npy") as tmp, open(tmp, "wb") as out:
         np.save(out, rows, allow_pickle=False)
-    os.replace(tmp, path)
 
 
 def record_key(workload_ir: str, trace_hash: str) -> str:

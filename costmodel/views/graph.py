@@ -33,6 +33,7 @@ import numpy as np
 
 from costmodel import views
 from costmodel.views import View
+from datagen.errors import atomic_path
 
 FEATURIZER_VERSION = "tir-graph-1"
 
@@ -126,10 +127,8 @@ class ProgramGraph:
     def save(self, path: str | os.PathLike) -> None:
         """Write the graph's .npz atomically (a concurrent reader sees the whole file or none);
         the other views' arrays are the featuriser's to keep (`View.cached`)."""
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as out:
+        with atomic_path(str(path), ".npz") as tmp, open(tmp, "wb") as out:
             np.savez(out, **{name: getattr(self, name) for name in _ARRAYS})
-        os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ProgramGraph:

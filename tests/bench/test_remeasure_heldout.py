@@ -36,8 +36,9 @@ def test_a_held_out_task_is_measured_here_scored_and_resumed(tmp_path):
     assert len(line["here"]) == len(line["trace_hash"]) == 32
     rounds = np.array([r for r in line["here"] if r is not None])
     assert len(rounds) >= 30 and (rounds > 0).all() and rounds.shape[1] == 2
-    # the two rounds time the same programs on the same machine
-    assert 0.5 < np.median(rounds[:, 0] / rounds[:, 1]) < 2
+    # the two rounds time the same programs on the same machine: they rank them alike (their
+    # ratio is not checked: a test beside this one, on the other worker, slows either round)
+    assert kendalltau(rounds[:, 0], rounds[:, 1]).statistic > 0.5
     summary = json.load(open(os.path.join(out, "summary.json")))
     assert summary["records"] == len(rounds)
     assert os.path.getsize(os.path.join(out, "remeasure.png")) > 0
