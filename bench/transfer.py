@@ -548,7 +548,7 @@ def run_checkpoints(args, result: dict) -> list[str]:
 
 
 def teach(args, teachers: list[dict], train_keys: list[str], side: HeldOut, path: str) -> int:
-    """Write to `path` (Parquet, `training.data.PSEUDO_COLUMNS`) the latencies that the
+    """Write to `path` (Parquet, `costmodel.data_module.PSEUDO_COLUMNS`) the latencies that the
     `teachers` runs' models, as one ensemble, predict for every record of the training
     workloads `train_keys` that featurises (the student takes those outside its share); how
     many."""
@@ -750,7 +750,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warp-features", action="store_true",
                         help="every mode's model also reads warp features (the GPU recipe); "
                              "a source without them is widened to read them "
-                             "(`training.module.widen_with_node_features`)")
+                             "(`costmodel.lightning_module.widen_with_node_features`)")
     parser.add_argument("--reference", metavar="REPORT",
                         help="a `costmodel evaluate` report.json of the same held-out records "
                              "(the model trained on all of them): its mean tau and top-1 drawn "

@@ -13,8 +13,11 @@
   the `costmodel` command (evaluate, convert, blend; `companion_fit`, `pretrained_xgb`: the
   tree models fitted beside a checkpoint); `figures`: plots written atomically.
 - `checkpoint`: the one checkpoint format: save, safe load (no code runs), validation.
-- `predictor`: load a checkpoint (or a seed ensemble) and predict latencies; what `training`
-  and `tuning` call.
+- `data_module`, `lightning_module`: the network's training in Lightning (the dataset as a
+  LightningDataModule: sides, normalisation, workload batches, joint datasets, pseudo-labels;
+  the LightningModule: losses, optimiser, metrics), which `training`'s `train` command runs.
+- `predictor`: fit the network on records in one call, or load a checkpoint (or a seed
+  ensemble), and predict latencies; what `training` and `tuning` call.
 - `checkpoints`: the shipped checkpoints (the repository's `checkpoints/` folder).
 - `registry`: the `create(name)` registries the swappable pieces are filed in.
 

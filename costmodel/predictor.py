@@ -6,6 +6,8 @@
     seconds = predictor.predict([sch1, sch2, ...])          # Schedules or scheduled IRModules
     seconds = predictor.predict_records(frame)              # rows of a datagen dataset
     scores = predictor.score(frame)                         # higher is faster, as store models
+    fitted = CostModelPredictor.fit(frame, blend_with="lightgbm")   # trained here, in one call
+    fitted.save("mine.ckpt")                                # and its companion, mine.lgb.npz
 
 A checkpoint with a tree companion beside it (`costmodel.blend`: its LightGBM `NAME.lgb.npz`,
 or its pretrained XGBModel `NAME.xgb.npz` with a blend weight) predicts the blend of both
@@ -17,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 
 import numpy as np
 import torch
@@ -169,13 +172,86 @@ class CostModelPredictor:
         """The device the (first) network runs on."""
         return next(self.members[0].model.parameters()).device
 
+    @classmethod
+    def fit(cls, frame, target=None, seed: int = 0, progress: bool = False, *,
+            cache_dir: str | None = None, max_epochs: int = 30, val_fraction: float = 0.0,
+            blend_with: str | None = None, blend_weight: float = blending.DEFAULT_WEIGHT,
+            name: str = "the given records", **model) -> "CostModelPredictor":
+        """The network fitted on the records of `frame` in one call, as the store models are
+        (`costmodel.store_models.StoreModel.fit`): what `train fit` does with the "all" split,
+        `max_epochs` epochs on the CPU, the last epoch kept (every workload trains, unless
+        `val_fraction` of them are to validate, which only reports: the epochs stay); with `blend_with` ("lightgbm" or "xgb"), blended with that
+        store model fitted on the same training records (`blend_weight` of the network's).
+
+        Args:
+            frame: records of one target, with `datagen.records`' columns (`read_records`).
+            target: the records' TVM target (default: the one they name).
+            model: `CostModelModule`'s arguments (`hidden`, `num_layers`, `views`, `lr`, ...).
+            name: what the checkpoint's description calls the records.
+
+        Raises:
+            UserError: records of several targets or none usable, missing columns, an
+                unknown store model or a weight outside [0, 1].
+        """
+        import tempfile
+
+        import lightning as L
+
+        from costmodel.data_module import ScheduleDataModule
+        from costmodel.lightning_module import CostModelModule
+
+        if blend_with is not None and blend_with not in blending.FINGERPRINTS:
+            raise UserError(f"cannot blend with {blend_with!r}; choose one of "
+                            f"{', '.join(blending.FINGERPRINTS)}")
+        blending.check_weight(blend_weight, "the blend", "give the network's share, in [0, 1]")
+        L.seed_everything(seed, verbose=False)
+        data = ScheduleDataModule.of_records(frame, name, split="all", seed=seed,
+                                             val_fraction=val_fraction, cache_dir=cache_dir,
+                                             views=model.get("views"))
+        module = CostModelModule(**model)
+        trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=max_epochs, logger=False,
+                            enable_checkpointing=False, enable_progress_bar=progress,
+                            enable_model_summary=False, use_distributed_sampler=False)
+        with tempfile.TemporaryDirectory(prefix="fit-") as folder:
+            path = os.path.join(folder, "network.ckpt")
+            trainer.fit(module, data)
+            trainer.save_checkpoint(path, weights_only=True)
+            member = checkpoint.load(path)
+        member.path = name
+        companion = None
+        if blend_with is not None:
+            from costmodel.store_models import STORE_MODELS
+            from datagen.tvm_env import make_target
+
+            train = data.frames["train"]
+            target = target or make_target(json.loads(data.target))
+            store = STORE_MODELS.get(blend_with).fit(train, target, seed=seed,
+                                                     progress=progress, cache_dir=cache_dir)
+            store.fitted_on.update(fingerprint=blending.FINGERPRINTS[blend_with](member.meta),
+                                   dataset=name)
+            companion = blending.Companion(store, blend_weight)
+        return cls([member], cache_dir, companion)
+
     def save(self, path: str) -> None:
-        """Write the (single) model as a checkpoint that `load` reads back."""
+        """Write the (single) model as a checkpoint that `load` reads back, and its companion,
+        if any, beside it (`costmodel.blend`), where `load` finds it."""
+        import shutil
+
+        from datagen.errors import atomic_path
+
         if len(self.members) != 1:
             raise UserError(f"an ensemble of {len(self.members)} is saved as one checkpoint "
                             "per member; save each member's predictor")
         m = self.members[0]
-        checkpoint.save(path, m.model, m.meta, m.hparams)  # a companion is its own file
+        checkpoint.save(path, m.model, m.meta, m.hparams)
+        if (c := self.companion) is None:
+            return
+        beside = blending.companions.beside(path, blending.SUFFIXES[c.name])
+        if c.path is None:
+            c.save(beside)
+        elif os.path.abspath(c.path) != os.path.abspath(beside):
+            with atomic_path(beside, ".npz") as tmp:  # the file it was loaded from, as it is
+                shutil.copyfile(c.path, tmp)
 
     def predict_graphs(self, graphs: list, groups=None) -> np.ndarray:
         """Latency in seconds for each `ProgramGraph` (a relative score if not

@@ -16,7 +16,7 @@ of the training tasks:
 A `val_fraction` of the remaining training workloads validates; in the three splits out of
 distribution it is held out the way the test side is (whole shape groups, whole families), so
 that a model chosen on validation is chosen out of distribution too. Training
-(`training.data`) and evaluation (`costmodel.evaluate`) draw the same sides from these.
+(`costmodel.data_module`) and evaluation (`costmodel.evaluate`) draw the same sides from these.
 """
 
 from __future__ import annotations

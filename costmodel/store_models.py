@@ -25,9 +25,10 @@ tree models and TenSet's MLP, by name in `STORE_MODELS`.
   workload embedding, as for LightGBM.
 
 All three score throughput relative to the best candidate of each workload, not absolute
-latency, so they have ranking metrics but no MAPE. The graph network keeps the same interface
-where it applies (`costmodel.predictor.CostModelPredictor`: `score`, `save`, `load`,
-`fitted_on`); it is fitted by `train fit` (Lightning, in `training`), not in one call.
+latency, so they have ranking metrics but no MAPE. The graph network has the same interface
+(`costmodel.predictor.CostModelPredictor`: `fit`, `score`, `save`, `load`, `fitted_on`), and
+so has its blend with one of these (`CostModelPredictor.fit(..., blend_with="lightgbm")`);
+`train fit` trains it with the full set of options (splits, joint datasets, several devices).
 
 MetaSchedule's own MLPModel is not offered: its full training calls `StepLR(..., verbose=...)`,
 an argument torch 2.13 no longer has, so it does not train with the torch this project pins.

@@ -1,7 +1,5 @@
-"""training: Lightning training (`train fit --config ...`).
+"""training: the `train` command (`train fit --config ...`), LightningCLI over the network's
+LightningModule and data module (`costmodel.lightning_module`, `costmodel.data_module`).
 
-- `data`: the dataset as a LightningDataModule (the sides of `costmodel.splits`, normalisation,
-  workload batches, joint datasets, pseudo-labels).
-- `module`: the LightningModule around a network of `costmodel.model`.
 - `cli`: the `train` command, and `train_process`, a training forked from a preloaded server.
 """

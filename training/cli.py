@@ -85,8 +85,8 @@ def check_view_arguments(args: list[str]) -> None:
 def _fit(args: list[str] | None) -> int:
     from lightning.pytorch.cli import LightningCLI
 
-    from training.data import ScheduleDataModule
-    from training.module import CostModelModule
+    from costmodel.data_module import ScheduleDataModule
+    from costmodel.lightning_module import CostModelModule
 
     class CLI(LightningCLI):
         def add_arguments_to_parser(self, parser):
@@ -111,7 +111,8 @@ def main(args: list[str] | None = None) -> int:
 
 # what every training process imports first (seconds), beside TVM (which featurises what is not
 # cached; `datagen.fork_pool.FORK_PRELOAD`): imported once, in the fork server
-FIT_PRELOAD = ["lightning.pytorch.cli", "training.data", "training.module", "costmodel.views"]
+FIT_PRELOAD = ["lightning.pytorch.cli", "costmodel.data_module", "costmodel.lightning_module",
+               "costmodel.views"]
 
 
 def train_process(args: list[str], cwd: str | None = None) -> subprocess.CompletedProcess:

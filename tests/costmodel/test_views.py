@@ -281,8 +281,8 @@ def test_a_new_view_trains_when_named(toy, tmp_path):
     the node projection (zero columns where a source never read it)."""
     import lightning as L
 
-    from training.data import ScheduleDataModule
-    from training.module import CostModelModule
+    from costmodel.data_module import ScheduleDataModule
+    from costmodel.lightning_module import CostModelModule
 
     data = ScheduleDataModule(dataset=small_dataset(tmp_path / "ds"), split="family",
                               test_families=["softmax"], val_fraction=0.5,

@@ -23,8 +23,8 @@ from costmodel.normalization import EPS, Normalization
 from costmodel.predictor import CostModelPredictor
 from datagen.errors import UserError
 from costmodel.splits import MIN_PER_WORKLOAD, RECORD_COLUMNS, share_of_records, usable
-from training.data import JOINT_PREFIX, ScheduleDataModule
-from training.module import CostModelModule
+from costmodel.data_module import JOINT_PREFIX, ScheduleDataModule
+from costmodel.lightning_module import CostModelModule
 
 GPU_TARGET = json.dumps({"kind": "cuda", "arch": "sm_90a"})
 REPO = os.path.join(os.path.dirname(__file__), "..", "..")
@@ -598,7 +598,7 @@ def test_pseudo_labels_train_the_records_outside_the_share_only(tiny_dataset, tm
                    "latency": [1e-3, 2e-3]}), "labels a workload's trace twice"),
 ])
 def test_a_bad_teacher_table_is_one_clear_error(tmp_path, table, message):
-    from training.data import read_pseudo_labels
+    from costmodel.data_module import read_pseudo_labels
 
     path = str(tmp_path / "teacher.parquet")
     table.to_parquet(path)

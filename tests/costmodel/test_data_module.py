@@ -103,7 +103,7 @@ def test_records_of_several_targets_are_refused():
 
 
 def test_per_flop_and_per_workload_normalisation_exclude_each_other():
-    from training.data import ScheduleDataModule
+    from costmodel.data_module import ScheduleDataModule
 
     assert not ScheduleDataModule().hparams.normalize_per_workload  # off by default
     with pytest.raises(UserError, match="per_flop and normalize_per_workload exclude each other"):
@@ -111,8 +111,8 @@ def test_per_flop_and_per_workload_normalisation_exclude_each_other():
 
 
 def test_the_views_are_named_and_unknown_names_refused_before_any_data():
-    from training.data import ScheduleDataModule
-    from training.module import CostModelModule
+    from costmodel.data_module import ScheduleDataModule
+    from costmodel.lightning_module import CostModelModule
 
     assert ScheduleDataModule(views=["warp", "store"]).hparams.views == ["warp", "store"]
     for make in (ScheduleDataModule, CostModelModule):
@@ -172,7 +172,7 @@ def test_per_network_rows_count_a_record_for_each_network_it_lists():
 @pytest.mark.slow
 def test_max_cv_trains_on_steady_records_only(tiny_dataset, tmp_path):
     from datagen.records import read_records
-    from training.data import ScheduleDataModule
+    from costmodel.data_module import ScheduleDataModule
 
     kwargs = dict(dataset=tiny_dataset, split="family", test_families=["softmax"],
                   val_fraction=0.5, cache_dir=str(tmp_path / "cache"))

@@ -207,6 +207,17 @@ class ScheduleDataModule(L.LightningDataModule):
         self.joint_normalizations: list[Normalization] = []  # their target statistics
         self.dropped = 0
         self.noisy_dropped = 0  # training records over max_cv
+        self.records: pd.DataFrame | None = None  # given records in place of `dataset`'s
+
+    @classmethod
+    def of_records(cls, frame: pd.DataFrame, name: str = "the given records",
+                   **options) -> "ScheduleDataModule":
+        """The module over records already in memory (a frame of `datagen.records`' columns,
+        of one target), in place of a dataset folder's; `name` is what checkpoints and
+        messages call them. The other `options` are the constructor's."""
+        data = cls(dataset=name, **options)
+        data.records = frame
+        return data
 
     def setup(self, stage: str | None = None) -> None:
         from datagen.records import read_records
@@ -214,7 +225,12 @@ class ScheduleDataModule(L.LightningDataModule):
         if self.frames:
             return
         hp = self.hparams
-        frame, self.dropped = usable(read_records(hp.dataset, RECORD_COLUMNS))
+        given = self.records
+        if given is not None and (missing := [c for c in RECORD_COLUMNS if c not in given]):
+            raise UserError(f"{hp.dataset} lack the columns {', '.join(missing)}; give records "
+                            "as `datagen.records.read_records` reads them")
+        frame, self.dropped = usable(read_records(hp.dataset, RECORD_COLUMNS) if given is None
+                                     else given[RECORD_COLUMNS].reset_index(drop=True))
         if frame.empty:
             raise UserError(f"{hp.dataset} has no successfully measured records to train on")
         check_one_target(frame, hp.dataset)

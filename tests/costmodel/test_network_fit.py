@@ -1,0 +1,50 @@
+"""The graph network behind the store models' interface: fitted on records in one call, scored,
+saved with its companion and loaded back (`CostModelPredictor.fit`)."""
+
+import numpy as np
+import pytest
+
+from costmodel.metrics import kendall_tau
+from costmodel.predictor import CostModelPredictor
+from datagen.errors import UserError
+from datagen.records import read_records
+
+pytestmark = pytest.mark.slow
+
+SMALL = {"hidden": 16, "num_layers": 2, "max_epochs": 4}
+
+
+def test_the_network_fits_in_one_call_and_saves_with_its_companion(tiny_dataset, tmp_path):
+    frame = read_records(tiny_dataset)
+    model = CostModelPredictor.fit(frame, seed=0, blend_with="lightgbm", name="tiny", **SMALL)
+    ok = frame[frame.status == "ok"].reset_index(drop=True)
+    scores = model.score(ok)
+    assert scores.shape == (len(ok),) and np.isfinite(scores).all()
+    # the blend with trees fitted on these very records ranks them far better than chance
+    assert kendall_tau(ok.workload_key, ok.latency_median, -scores) > 0.3
+    fitted = model.fitted_on
+    assert fitted["dataset"] == "tiny" and fitted["split"] == "all"
+    assert fitted["blended_with"] == "lightgbm"
+    assert fitted["workloads"] == ok.workload_key.nunique()
+    assert model.companion.fits(model.meta)
+
+    path = str(tmp_path / "tiny.ckpt")
+    model.save(path)
+    back = CostModelPredictor.load(path)
+    assert back.companion is not None and back.companion.name == "lightgbm"
+    np.testing.assert_allclose(back.score(ok), scores, rtol=1e-5)
+    network_only = CostModelPredictor.load(path, blend=False)
+    assert not np.allclose(network_only.score(ok), scores)  # the companion changes the ranking
+
+    again = CostModelPredictor.fit(frame, seed=0, name="tiny", **SMALL)  # same seed, same model
+    np.testing.assert_allclose(again.score(ok), network_only.score(ok), rtol=1e-4)
+
+
+def test_records_it_cannot_fit_on_are_one_clear_error(tiny_dataset):
+    frame = read_records(tiny_dataset)
+    with pytest.raises(UserError, match="lack the columns trace"):
+        CostModelPredictor.fit(frame.drop(columns=["trace"]), **SMALL)
+    with pytest.raises(UserError, match="cannot blend with 'mlp'"):
+        CostModelPredictor.fit(frame, blend_with="mlp", **SMALL)
+    with pytest.raises(UserError, match=r"in \[0, 1\]"):
+        CostModelPredictor.fit(frame, blend_with="lightgbm", blend_weight=1.5, **SMALL)
