@@ -136,13 +136,14 @@ def base_config(path: str) -> dict:
 
 
 def run_config(args, variant: str, seed: int, work: str) -> dict:
-    """The settings `train fit` reads after the base config for one run (its trainer as
-    bench/transfer.py's runs train)."""
-    from transfer import trainer_settings  # a sibling script
+    """The settings `train fit` reads after the base config for one run (its trainer:
+    `training.cli.run_trainer`)."""
+    from training.cli import run_trainer
 
     _, model, data = VARIANTS[variant]
     dataset = {"dataset": args.dataset} if args.dataset else {}
-    return {"seed_everything": seed, "trainer": trainer_settings(args, work),
+    return {"seed_everything": seed,
+            "trainer": run_trainer(work, args.accelerator, args.max_epochs),
             "model": dict(model), "data": {"cache_dir": args.cache_dir, **dataset, **data}}
 
 

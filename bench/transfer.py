@@ -94,25 +94,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(REPO, "configs", "graphsage.yaml")
 
 
-def trainer_settings(args, work: str) -> dict:
-    """The trainer of one benchmark run in folder `work`: --accelerator, --max-epochs (or
-    --steps optimiser steps, validated every --steps / --max-epochs steps), its checkpoint of
-    best validation Kendall tau as `work`/checkpoints/best.ckpt, a CSV log."""
-    checkpoint = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                  "init_args": {"dirpath": os.path.join(work, "checkpoints"), "filename": "best",
-                                "monitor": "val/kendall_tau", "mode": "max", "save_top_k": 1}}
-    logger = {"class_path": "lightning.pytorch.loggers.CSVLogger",
-              "init_args": {"save_dir": work, "name": "logs"}}
-    steps = getattr(args, "steps", None)  # bench/ablations.py trains by epochs only
-    length = {"max_epochs": args.max_epochs}
-    if steps:  # every share the same optimiser steps, validated as often
-        length = {"max_epochs": -1, "max_steps": steps, "check_val_every_n_epoch": None,
-                  "val_check_interval": max(1, steps // args.max_epochs)}
-    return {"accelerator": args.accelerator, "devices": 1, **length,
-            "default_root_dir": work, "callbacks": [checkpoint], "logger": logger,
-            "enable_progress_bar": False}
-
-
 ENSEMBLE_SEED_STEP = 1000  # member m of an ensemble trains with seed S + m * this
 
 
@@ -122,6 +103,7 @@ def run_config(args, architecture: dict, mode: str, share: float, seed: int,
     draws the share, `train_seed` (default: `seed`) seeds the training; `teacher`: the
     self-trained mode's pseudo-labels."""
     from costmodel import views
+    from training.cli import run_trainer
 
     model = {"architecture": architecture["name"], "hidden": architecture["hidden"],
              "num_layers": architecture["num_layers"], "dropout": architecture["dropout"],
@@ -150,7 +132,8 @@ def run_config(args, architecture: dict, mode: str, share: float, seed: int,
     if mode == SELF_TRAINED:
         data["pseudo_labels"] = teacher
     return {"seed_everything": seed if train_seed is None else train_seed,
-            "trainer": trainer_settings(args, work), "model": model, "data": data}
+            "trainer": run_trainer(work, args.accelerator, args.max_epochs, args.steps),
+            "model": model, "data": data}
 
 
 def settings(args) -> dict:

@@ -109,6 +109,26 @@ def main(args: list[str] | None = None) -> int:
     return run_command("train", _fit, args)
 
 
+def run_trainer(work: str, accelerator: str = "cpu", max_epochs: int = 30,
+                steps: int | None = None) -> dict:
+    """The trainer settings (the `trainer` section of a config) of a training in folder `work`
+    that benchmarks run many of: `max_epochs` epochs, or with `steps`, that many optimiser
+    steps validated every `steps` / `max_epochs` steps (every share the same steps); its
+    checkpoint of best validation Kendall tau as `work`/checkpoints/best.ckpt, a CSV log, no
+    progress bar."""
+    checkpoint = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                  "init_args": {"dirpath": os.path.join(work, "checkpoints"), "filename": "best",
+                                "monitor": "val/kendall_tau", "mode": "max", "save_top_k": 1}}
+    logger = {"class_path": "lightning.pytorch.loggers.CSVLogger",
+              "init_args": {"save_dir": work, "name": "logs"}}
+    length = {"max_epochs": max_epochs}
+    if steps:
+        length = {"max_epochs": -1, "max_steps": steps, "check_val_every_n_epoch": None,
+                  "val_check_interval": max(1, steps // max_epochs)}
+    return {"accelerator": accelerator, "devices": 1, **length, "default_root_dir": work,
+            "callbacks": [checkpoint], "logger": logger, "enable_progress_bar": False}
+
+
 # what every training process imports first (seconds), beside TVM (which featurises what is not
 # cached; `datagen.fork_pool.FORK_PRELOAD`): imported once, in the fork server
 FIT_PRELOAD = ["lightning.pytorch.cli", "costmodel.data_module", "costmodel.lightning_module",
