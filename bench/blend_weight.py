@@ -16,7 +16,8 @@ like the training tasks, and never on the workloads it is then reported on:
 The weight chosen is the one whose worst validation top-1 over the sources is highest (ties:
 the higher mean validation Kendall tau, then the weight nearer 1/2): a weight that gives the
 first pick away on any kind of unseen kernel loses. Prints every weight's figures on each side
-and writes summary.json; `costmodel blend CHECKPOINT --with xgb --weight W` ships the choice.
+and writes summary.json (one scoring pass of minutes: a stopped run leaves no partial file and
+is run again); `costmodel blend CHECKPOINT --with xgb --weight W` ships the choice.
 
     python bench/blend_weight.py --checkpoint checkpoints/graphsage-v2.ckpt \\
         --dataset data/llvm-full --ablation bench/results/ood/ablations-novel-shapes \\
@@ -112,6 +113,7 @@ def choose(sources: dict[str, dict]) -> float:
 
 def main() -> int:
     from datagen.errors import output_folder, run_command
+    from datagen.grid import write_json
 
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -151,12 +153,11 @@ def main() -> int:
                 + ("   <- chosen" if w == weight else ""))
         print(f"chosen on validation: {weight:.1f}; ship it with `costmodel blend "
               f"{args.checkpoint} --with xgb --weight {weight:.1f}`")
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "summary.json"), "w") as f:
-            json.dump({"checkpoint": os.path.basename(args.checkpoint), "dataset": args.dataset,
-                       "seed": args.seed, "sides": sides, "weight": weight,
-                       "rule": "max over weights of the min over sources of validation top-1",
-                       "validation": sources, "cross_suite_test": curves["test"]}, f, indent=1)
+        write_json(os.path.join(args.out, "summary.json"),  # whole or not at all
+                   {"checkpoint": os.path.basename(args.checkpoint), "dataset": args.dataset,
+                    "seed": args.seed, "sides": sides, "weight": weight,
+                    "rule": "max over weights of the min over sources of validation top-1",
+                    "validation": sources, "cross_suite_test": curves["test"]}, indent=1)
         return 0
 
     return run_command("blend_weight", run, args)

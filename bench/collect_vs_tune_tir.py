@@ -11,8 +11,10 @@ and running (over 100% where they overlap). Repeat with --runs N for a median.
 `tune_tir` can take far longer than datagen (its default builder starts a new worker pool per
 batch). With --tune-tir-cap SECONDS it is stopped at that wall time: its whole run would then have
 taken longer than the cap, so its rate is below (workloads x trials) / cap, and the ratio printed
-is a lower bound (the candidates it had measured by then are shown too). With --out, the runs,
-their medians, the ratio and the device are also written to DIR/result.json.
+is a lower bound (the candidates it had measured by then are shown too). With --out, each run
+is kept in DIR as soon as it is finished (`datagen.grid`: a stopped benchmark, run again with
+the same settings, reads those back and makes only the rest), and the runs, their medians, the
+ratio and the device are written to DIR/result.json.
 
     python bench/collect_vs_tune_tir.py [--trials 64] [--runs 1] [--target TAG]
         [--tune-tir-cap SECONDS] [--out DIR] [WORKLOAD ...]
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import re
 import signal
@@ -95,6 +96,8 @@ def per_candidate(dataset: str) -> dict:
 
 def one_run(workloads: list[str], trials: int, target: str | None,
             cap: float | None = None) -> dict:
+    """One run of each collector, one after the other: their rates and where datagen's time
+    went."""
     env_threads = os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))))
     targeted = ["--target", target] if target else []
     with tempfile.TemporaryDirectory() as tmp:
@@ -143,20 +146,37 @@ def main() -> None:
     if args.tune_tir_worker:
         tune_tir_worker(args.workloads, args.trials, args.work_dir, args.target)
         return
-    from datagen.errors import UserError, output_folder
+    from datagen.errors import run_command
+
+    sys.exit(run_command("collect_vs_tune_tir", compare, args))
+
+
+def compare(args) -> int:
+    """Both collectors' runs, each kept in --out as it finishes (read back by a later run with
+    the same settings), their medians and ratio printed and written to result.json."""
+    from datagen.errors import output_folder
+    from datagen.grid import Grid
     from datagen.measure import local_device
     from datagen.tvm_env import make_target
 
     if args.out:
-        try:
-            output_folder(args.out, create=False)  # result.json comes after the whole run
-        except UserError as err:
-            raise SystemExit(f"error: {err}") from None
+        output_folder(args.out, create=False)  # before anything runs
     target_kind = make_target(args.target).kind.name
     kind = "cpu" if target_kind == "llvm" else "gpu"
+    threads = os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))))
+    grid = args.out and Grid(args.out, {"workloads": args.workloads, "trials": args.trials,
+                                        "target": args.target, "threads": threads,
+                                        "tune_tir_cap": args.tune_tir_cap})
     runs = []
     for i in range(args.runs):
-        run = one_run(args.workloads, args.trials, args.target, args.tune_tir_cap)
+        cell = f"run-{i + 1}.json"
+        run = grid and grid.read(cell)
+        if run is None:
+            run = one_run(args.workloads, args.trials, args.target, args.tune_tir_cap)
+            if grid:
+                grid.write(cell, run)
+        else:
+            print(f"run {i + 1} read back from {grid.path(cell)}")
         runs.append(run)
         stopped = (f"stopped at the cap with {run['n_tune_tir']} measured: below "
                    if run["capped"] else f"{run['n_tune_tir']} in {run['wall_tune_tir']:.1f} s (")
@@ -184,14 +204,13 @@ def main() -> None:
               "building" if "idle_share" in med else ""))
     print(f"per candidate (median): building {med['build_secs_median']:.2f} s, measuring "
           f"{med['run_secs_median']:.3f} s ({med['run_secs_sum']:.1f} s measuring in all)")
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "result.json"), "w") as f:
-            json.dump({"workloads": args.workloads, "trials": args.trials,
-                       "target": args.target or "this CPU", "device": local_device(target_kind),
-                       "tune_tir_cap": args.tune_tir_cap, "runs": runs, "median": med,
-                       "ratio": ratio, "ratio_is_lower_bound": bound,
-                       "target_ratio": TARGET_SPEEDUP[kind]}, f, indent=1)
+    if grid:
+        grid.write("result.json", {
+            "workloads": args.workloads, "trials": args.trials,
+            "target": args.target or "this CPU", "device": local_device(target_kind),
+            "tune_tir_cap": args.tune_tir_cap, "runs": runs, "median": med, "ratio": ratio,
+            "ratio_is_lower_bound": bound, "target_ratio": TARGET_SPEEDUP[kind]})
+    return 0
 
 
 if __name__ == "__main__":

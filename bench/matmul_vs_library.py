@@ -7,7 +7,10 @@ min_repeat_ms; the median of each round's repeats). Then it times the same produ
 `torch.matmul`, on the same device and with the same protocol: cuBLAS on a CUDA target (timed
 with CUDA events), oneDNN/MKL on the CPU (with TVM's runtime thread count). The tuned kernel is
 checked against a float64 product first (relative error under 1e-3 on random inputs).
-Prints both latencies with their spread and GFLOP/s, and writes result.json in --out.
+Prints both latencies with their spread and GFLOP/s, and writes result.json in --out. The
+tuned finalist and its re-measurements are kept in --out as soon as they are finished
+(`datagen.grid`): a run stopped after that reads them back and only times the library again;
+one with other settings is refused (use another --out).
 
     python bench/matmul_vs_library.py [--target nvidia/nvidia-h100] [--tuner ms-default]
         [--trials 256] [--size 1024] [--rounds 10] [--checkpoint CKPT] [--out DIR]
@@ -23,6 +26,8 @@ import sys
 import time
 
 MAX_RELATIVE_ERROR = 1e-3  # fp32 products of this size land far below it
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
+TUNED = "tuned.json"  # the finished tuning and re-measurement: read back, not made again
 
 
 def matmul_module(n: int):
@@ -93,15 +98,46 @@ def spread(values: list[float]) -> dict:
             "p75": float(np.percentile(values, 75)), "runs": [float(v) for v in values]}
 
 
+def tune_and_remeasure(args, mod, target, predictor, runs: str) -> dict:
+    """Tune the matmul in a fresh folder under `runs` and re-measure its finalist: the cell
+    that a run stopped later reads back (its trace, the rounds' medians, the protocol)."""
+    import shutil
+
+    from datagen.errors import UserError
+    from datagen.measure import Measurer
+    from datagen.sampler import replay
+    from tuning.runs import finalist
+    from tuning.tuner import SearchInputs, tune_workload
+
+    work = os.path.join(runs, f"{args.tuner}-n{args.size}-t{args.trials}")
+    shutil.rmtree(work, ignore_errors=True)  # a tuning stopped midway starts again
+    measurer = Measurer(target, num_threads=args.threads)
+    try:
+        tune_workload(mod, target, args.tuner, args.trials, work, measurer,
+                      SearchInputs(predictor=predictor, seed=args.seed), progress=True,
+                      desc=f"{args.tuner} matmul {args.size}")
+        trace = finalist(work, args.trials)
+        if trace is None:
+            raise UserError(f"no trial of {args.tuner} built and ran; see {work}")
+        (remeasured,) = measurer.remeasure([replay(mod, trace).mod], args.rounds)
+        protocol = measurer.protocol
+    finally:
+        measurer.close()
+    tuned = [r.median for r in remeasured if r.median is not None]
+    if not tuned:
+        raise UserError(f"the finalist of {args.tuner} failed when measured again: "
+                        f"{remeasured[0].error}")
+    return {"trace": json.loads(trace), "runs": tuned, "protocol": protocol}
+
+
 def bench(args) -> int:
     import tvm
 
     from datagen.errors import UserError, output_folder
-    from datagen.measure import Measurer, local_device
-    from datagen.sampler import replay
+    from datagen.grid import Grid, portable
+    from datagen.measure import local_device
     from datagen.tvm_env import default_num_threads, make_target
-    from tuning.runs import finalist
-    from tuning.tuner import TUNERS, SearchInputs, load_predictor, tune_workload
+    from tuning.tuner import TUNERS, load_predictor
 
     if args.size < 16 or args.trials < 1 or args.rounds < 1:
         raise UserError("--size must be at least 16, --trials and --rounds at least 1")
@@ -120,23 +156,16 @@ def bench(args) -> int:
     predictor = load_predictor(args.checkpoint or None, kind) if entry.needs_checkpoint \
         else None
     mod = matmul_module(args.size)
-    work = os.path.join(args.out, "runs", f"{args.tuner}-n{args.size}-t{args.trials}")
-    measurer = Measurer(target, num_threads=args.threads)
-    try:
-        tune_workload(mod, target, args.tuner, args.trials, work, measurer,
-                      SearchInputs(predictor=predictor, seed=args.seed), progress=True,
-                      desc=f"{args.tuner} matmul {args.size}")
-        trace = finalist(work, args.trials)
-        if trace is None:
-            raise UserError(f"no trial of {args.tuner} built and ran; see {work}")
-        (runs,) = measurer.remeasure([replay(mod, trace).mod], args.rounds)
-        protocol = measurer.protocol
-    finally:
-        measurer.close()
-    tuned = [r.median for r in runs if r.median is not None]
-    if not tuned:
-        raise UserError(f"the finalist of {args.tuner} failed when measured again: "
-                        f"{runs[0].error}")
+    grid = Grid(args.out, {"size": args.size, "target": str(target), "threads": threads,
+                           "tuner": args.tuner, "trials": args.trials, "seed": args.seed,
+                           "rounds": args.rounds, "checkpoint": args.checkpoint and portable(
+                               args.checkpoint, ROOT)})
+    if (cell := grid.read(TUNED)) is None:
+        cell = tune_and_remeasure(args, mod, target, predictor, grid.path("runs"))
+        grid.write(TUNED, cell)
+    else:
+        print(f"the tuned finalist and its re-measurements read back from {grid.path(TUNED)}")
+    trace, tuned, protocol = json.dumps(cell["trace"]), cell["runs"], cell["protocol"]
     device = tvm.device("cpu" if kind == "llvm" else kind, 0)
     error = check_kernel(mod, trace, target, device, args.size)
     library = time_library(args.size, kind, threads, protocol, args.rounds)
@@ -145,16 +174,14 @@ def bench(args) -> int:
         "size": args.size, "target": str(target), "device": local_device(kind),
         "threads": threads if kind == "llvm" else None, "tuner": args.tuner,
         "trials": args.trials, "seed": args.seed, "protocol": protocol, "rounds": args.rounds,
-        "tuned": {**spread(tuned), "relative_error": error, "trace": json.loads(trace)},
+        "tuned": {**spread(tuned), "relative_error": error, "trace": cell["trace"]},
         "library": {**spread(library), "what": "torch.matmul " + torch_version() +
                     (" (cuBLAS)" if kind == "cuda" else " (CPU: oneDNN/MKL)")},
     }
     result["tuned"]["gflops"] = flops / result["tuned"]["median"] / 1e9
     result["library"]["gflops"] = flops / result["library"]["median"] / 1e9
     result["tuned_over_library"] = result["tuned"]["median"] / result["library"]["median"]
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "result.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    grid.write("result.json", result)
     print(f"{args.size}^3 fp32 matmul on {result['device'].get('model', kind)}:")
     for name, label in (("tuned", f"tuned ({args.tuner}, {args.trials} trials)"),
                         ("library", result["library"]["what"])):

@@ -89,3 +89,18 @@ def test_a_capped_tune_tir_gives_a_lower_bound_on_the_ratio(tmp_path):
                                              abs=share_error + wall_error / run["datagen_wall"])
     assert run["build_secs_median"] > 0 and 0 < run["run_secs_median"] <= run["run_secs_sum"]
     assert "drawing" in proc.stdout and "measuring waited" not in proc.stdout
+
+    # run again: the finished run is read back, not made again
+    again = subprocess.run([sys.executable, BENCH, "dense/m128_n768_k768", "--trials", "2",
+                            "--tune-tir-cap", "2", "--out", "r"], capture_output=True,
+                           text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path,
+                           env={**os.environ, "TVM_NUM_THREADS": "1"})
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "run 1 read back from" in again.stdout
+    assert json.loads((tmp_path / "r" / "result.json").read_text())["runs"] == result["runs"]
+    other = subprocess.run([sys.executable, BENCH, "dense/m128_n768_k768", "--trials", "3",
+                            "--tune-tir-cap", "2", "--out", "r"], capture_output=True,
+                           text=True, timeout=CLI_TIMEOUT_SEC, cwd=tmp_path,
+                           env={**os.environ, "TVM_NUM_THREADS": "1"})
+    assert other.returncode == 2 and "made with other settings (trials)" in other.stderr
+    assert "Traceback" not in other.stderr

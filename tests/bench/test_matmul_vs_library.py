@@ -34,6 +34,18 @@ def test_a_tuned_matmul_is_checked_and_timed_beside_the_library(tmp_path):
         result["tuned"]["median"] / result["library"]["median"])
     assert "tuned / library" in proc.stdout and "GFLOP/s" in proc.stdout
 
+    # run again: the finished tuning is read back, not made again; the library is timed anew
+    again = run("--size", "64", "--tuner", "random", "--trials", "8", "--rounds", "3",
+                "--threads", "1", "--out", str(out), cwd=tmp_path, isolated=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "read back from" in again.stdout
+    second = json.loads((out / "result.json").read_text())
+    assert second["tuned"]["runs"] == result["tuned"]["runs"]
+    assert second["tuned"]["trace"] == result["tuned"]["trace"]
+    assert_clean_error(run("--size", "64", "--tuner", "random", "--trials", "9", "--rounds", "3",
+                           "--threads", "1", "--out", str(out), cwd=tmp_path),
+                       "was made with other settings (trials)", prog=PROG)
+
 
 def test_bad_input_is_one_line_before_any_tuning(tmp_path):
     assert_clean_error(run("--size", "8", "--out", str(tmp_path / "a"), cwd=tmp_path),
