@@ -1,5 +1,5 @@
-"""The tables of bench/README.md, generated from the committed result files, so that no figure
-drifts from the run that measured it.
+"""The tables of bench/README.md and of the main README.md, generated from the committed result
+files, so that no figure drifts from the run that measured it.
 
 A generated table sits between two marker lines of the README:
 
@@ -10,9 +10,10 @@ A generated table sits between two marker lines of the README:
 The opening marker may wrap over several lines (it ends at `-->`); its words split as a shell
 splits them, so a value with spaces is quoted. KIND names the kind of result file, and with it
 the renderer that reads it (`KINDS`; `--help` lists each kind's SELECTORs and FIELDs); each
-PATH is a result file relative to the README's folder (bench/), say
-results/ood/ablations-novel-shapes/summary.json, and a PATH written KIND2:PATH is read by
-another kind's renderer. The options:
+PATH is a result file relative to the README's own folder (for bench/README.md
+results/ood/ablations-novel-shapes/summary.json, for README.md
+bench/results/ood/ablations-novel-shapes/summary.json), and a PATH written KIND2:PATH is read
+by another kind's renderer. The options:
 
 - head="label | first | second ...": the header row, the label column's cell and then one per
   figure column;
@@ -24,8 +25,9 @@ another kind's renderer. The options:
   N:SELECTOR, in the Nth; LABEL, the rest, is the row's first cell, or its first cells
   separated by | (prose: the same number of them in every row). SELECTOR,SELECTOR,... (no
   spaces) gives one SELECTOR per figure column, so that a row may gather figures of several
-  files; a SELECTOR written - is a cell with no figure (it shows none=), and a row of - alone
-  is a row of such cells;
+  files; a SELECTOR written - is a cell with no figure (it shows none=, once), and a row of
+  - alone is a row of such cells; a SELECTOR written SELECTOR=FIELD+FIELD... gives its cell
+  those FIELDs in place of its column's (a tuning row's ratio in a table of taus, say);
 - bold=C,R.C,R.C.P,...: cells set in bold: the highest figure of figure column C (1 is the
   first), the cell of row R (1 is the first) and column C, or its Pth FIELD alone;
 - none=TEXT: what an undefined figure shows (default n/a);
@@ -33,10 +35,11 @@ another kind's renderer. The options:
 
 A figure with a spread (over seeds or runs) shows as "mean ± standard deviation".
 
-    python bench/tables.py            # rewrite every marked table in place
+    python bench/tables.py            # rewrite every marked table of both READMEs in place
     python bench/tables.py --check    # write nothing; exit 1 if a table differs from its files
 
-`--check` prints one line per table that differs (its marker's line, kind and files). A
+`--readme FILE` (once or more) works on those files instead of the two READMEs. `--check`
+prints one line per table that differs (its README, its marker's line, kind and files). A
 missing or unreadable file, an unknown kind, or a marker that asks for what its file does
 not hold is one line on stderr and exit status 2. Only the standard library: this runs
 before any install.
@@ -59,7 +62,9 @@ from dataclasses import dataclass, field
 OPEN = "<!-- table:"
 CLOSE = "-->"
 END = "<!-- end table -->"
-README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "README.md")
+HERE = os.path.dirname(os.path.abspath(__file__))
+# the READMEs whose marked tables a run without --readme writes or checks: bench's, the main one
+READMES = (os.path.join(HERE, "README.md"), os.path.join(os.path.dirname(HERE), "README.md"))
 
 # a metric's FIELD name -> its key in the result files (costmodel/metrics.py)
 METRICS = {"tau": "kendall_tau", "top1": "top1_score", "top5": "top5_score",
@@ -373,8 +378,45 @@ class Latency(Renderer):
         raise TableError(f"unknown latency field {name!r} (median, seeds)")
 
 
+def lookup(node, path: str):
+    """The item at a dotted path of a JSON object (a key with dots in it, such as 0.3, is
+    matched whole, the longest key first; a list takes an index); "." is the object itself."""
+    parts = [] if path in ("", ".") else path.split(".")
+    while parts:
+        for j in range(len(parts), 0, -1):
+            key = ".".join(parts[:j])
+            if isinstance(node, dict) and key in node:
+                node = node[key]
+                break
+            if isinstance(node, list) and j == 1 and key.isdigit():
+                node = node[int(key)]
+                break
+        else:
+            raise KeyError(path)
+        parts = parts[j:]
+    return node
+
+
+class Value(Renderer):
+    """Any JSON result file whose figures sit at fixed keys (`bench/collect_vs_tune_tir.py`'s and
+    `bench/matmul_vs_library.py`'s result.json, `bench/blend_weight.py`'s summary.json).
+
+    SELECTOR: the dotted path of an object in it, . for the whole file (a key with dots in it
+    is written as it is: cross_suite_test.0.3). FIELDs: a metric (tau, top1, top5, apeak32,
+    opa, ape, mape: its key in the result files under SELECTOR), or the dotted path of a
+    number under SELECTOR (three decimals unless FIELD:N says), or of a text.
+    """
+
+    def figure(self, selector: str, name: str):
+        node = lookup(self.data, selector)
+        if name in METRICS:
+            return metric_figure(lookup(node, METRICS[name]), name)
+        found = lookup(node, name)
+        return found if isinstance(found, str) else Figure(found)
+
+
 KINDS = {"report": Report, "ablation": Ablation, "tuning": Tuning, "transfer": Transfer,
-         "remeasure": Remeasure, "latency": Latency}
+         "remeasure": Remeasure, "latency": Latency, "value": Value}
 
 
 @dataclass
@@ -393,7 +435,8 @@ class Marker:
     paths: list = field(default_factory=list)  # (kind, path) per PATH
     head: list = field(default_factory=list)
     cols: list = field(default_factory=list)  # per column, its Fields
-    # per row, (its sources: one (path index, selector), or one per figure column; label cells)
+    # per row, (its sources: one (path index, selector, its Fields or None: its column's), or
+    # one per figure column; label cells)
     rows: list = field(default_factory=list)
     bold: list = field(default_factory=list)  # (row or None, column, part or None), from 1
     none: str = "n/a"
@@ -420,20 +463,23 @@ def parse_field(text: str, line: int) -> Field:
 NO_FIGURE = "-"  # a SELECTOR of a cell without a figure
 
 
-def parse_source(selector: str) -> tuple[int, str]:
-    """[N:]SELECTOR as (path index from 0, selector)."""
+def parse_source(selector: str, line: int) -> tuple[int, str, list | None]:
+    """[N:]SELECTOR[=FIELD+FIELD...] as (path index from 0, selector, its cell's Fields or
+    None: its column's)."""
+    selector, eq, fields = selector.partition("=")
+    own = [parse_field(f, line) for f in fields.split("+")] if eq else None
     index, colon, rest = selector.partition(":")
     if colon and index.isdigit():
-        return int(index) - 1, rest
-    return 0, selector
+        return int(index) - 1, rest, own
+    return 0, selector, own
 
 
-def parse_row(value: str) -> tuple[list[tuple[int, str]], list[str]]:
-    """row="[N:]SELECTOR[,[N:]SELECTOR ...] LABEL[ | LABEL ...]" as (per SELECTOR, its path
-    index from 0 and itself; label cells)."""
+def parse_row(value: str, line: int) -> tuple[list[tuple], list[str]]:
+    """row="[N:]SELECTOR[=FIELDS][,[N:]SELECTOR[=FIELDS] ...] LABEL[ | LABEL ...]" as (per
+    SELECTOR, its path index from 0, itself and its own Fields or None; label cells)."""
     selectors, _, label = value.strip().partition(" ")
     cells = [cell.strip() for cell in label.split("|")]
-    return [parse_source(s) for s in selectors.split(",")], cells
+    return [parse_source(s, line) for s in selectors.split(",")], cells
 
 
 def parse_bold(value: str, line: int) -> list[tuple]:
@@ -474,7 +520,7 @@ def parse_marker(text: str, line: int) -> Marker:
             marker.cols = [[parse_field(f, line) for f in col.split("+")]
                            for col in value.split(",")]
         elif key == "row":
-            marker.rows.append(parse_row(value))
+            marker.rows.append(parse_row(value, line))
         elif key == "bold":
             marker.bold += parse_bold(value, line)
         elif key == "none":
@@ -505,10 +551,10 @@ def check_marker(marker: Marker) -> None:
                          f"{len(marker.rows[0][1]) + len(marker.cols)} (labels and cols)")
     for sources, _ in marker.rows:
         if len(sources) not in (1, len(marker.cols)):
-            raise TableError(f"{marker.where()}: row {','.join(s for _, s in sources)} has "
+            raise TableError(f"{marker.where()}: row {','.join(s for _, s, _ in sources)} has "
                              f"{len(sources)} SELECTORs, not one nor one per column "
                              f"({len(marker.cols)})")
-        for index, selector in sources:
+        for index, selector, _ in sources:
             if not 0 <= index < len(marker.paths):
                 raise TableError(f"{marker.where()}: row {index + 1}:{selector} names file "
                                  f"{index + 1} of {len(marker.paths)}")
@@ -588,7 +634,8 @@ def embolden(marker: Marker, parts: list, values: list) -> None:
     in bold, in place; `values`: per row and column, the number bold=C compares."""
     for row, col, part in marker.bold:
         if not 1 <= col <= len(marker.cols) or (row is not None and not 1 <= row <= len(parts)) \
-                or (part is not None and not 1 <= part <= len(marker.cols[col - 1])):
+                or (part is not None and not 1 <= part <= (
+                    len(marker.cols[col - 1]) if row is None else len(parts[row - 1][col - 1]))):
             raise TableError(f"{marker.where()}: bold names a cell outside the table")
         if row is None:
             column = [v[col - 1] for v in values if v[col - 1] is not None]
@@ -607,14 +654,16 @@ def render(marker: Marker, base: str, cache: dict) -> list[str]:
     files = readers(marker, base, cache)
     parts, values = [], []
     for sources, _ in marker.rows:
-        items = []
+        items, specs = [], []
         for c, col in enumerate(marker.cols):
-            index, selector = sources[c if len(sources) > 1 else 0]
+            index, selector, own = sources[c if len(sources) > 1 else 0]
+            col = col[:1] if selector == NO_FIGURE else own or col  # no figure: none= once
+            specs.append(col)
             items.append([Figure(None) if selector == NO_FIGURE
                           else figure(marker, files[index], selector, spec) for spec in col])
         parts.append([[show(item, spec, marker.none, c not in marker.nospread)
                        for item, spec in zip(row, col)]
-                      for c, (row, col) in enumerate(zip(items, marker.cols), 1)])
+                      for c, (row, col) in enumerate(zip(items, specs), 1)])
         values.append([first_value(row[0]) for row in items])
     embolden(marker, parts, values)
     cells = [list(label) + [" / ".join(texts) for texts in row]
@@ -689,32 +738,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1, one line per table, if any table differs "
                         "from its files")
-    parser.add_argument("--readme", default=README,
-                        help="the Markdown file whose tables to generate; PATHs are relative "
-                        "to its folder (default: bench/README.md)")
+    parser.add_argument("--readme", action="append",
+                        help="a Markdown file whose tables to generate, once or more; PATHs are "
+                        "relative to its folder (default: bench/README.md and README.md)")
     args = parser.parse_args(argv)
-    name = os.path.relpath(args.readme) if args.readme == README else args.readme
-    try:
+    paths = args.readme or [os.path.relpath(path) for path in READMES]
+    done = []  # per README: (its name, its text, the new text, the drifted markers, how many)
+    for path in paths:
         try:
-            with open(args.readme) as f:
-                text = f.read()
-        except OSError as err:
-            raise TableError(f"cannot be read ({err.strerror})") from None
-        new, drifted, count = regenerate(text, os.path.dirname(os.path.abspath(args.readme)))
-        if not args.check and new != text:
             try:
-                write_atomically(args.readme, new)
+                with open(path) as f:
+                    text = f.read()
             except OSError as err:
-                raise TableError(f"cannot be written ({err.strerror})") from None
-    except TableError as err:
-        print(f"tables: error: {name}: {err}", file=sys.stderr)
-        return 2
+                raise TableError(f"cannot be read ({err.strerror})") from None
+            new, drifted, count = regenerate(text, os.path.dirname(os.path.abspath(path)))
+        except TableError as err:
+            print(f"tables: error: {path}: {err}", file=sys.stderr)
+            return 2
+        done.append((path, text, new, drifted, count))
     if args.check:
-        for marker in drifted:
-            print(f"{name}: {marker.where()}: differs from its files (run python "
-                  "bench/tables.py)")
-        return 1 if drifted else 0
-    print(f"{count} tables in {name}, {len(drifted)} rewritten")
+        for path, _, _, drifted, _ in done:
+            for marker in drifted:
+                print(f"{path}: {marker.where()}: differs from its files (run python "
+                      "bench/tables.py)")
+        return 1 if any(drifted for *_, drifted, _ in done) else 0
+    for path, text, new, drifted, count in done:  # every file read and rendered: now write
+        if new != text:
+            try:
+                write_atomically(path, new)
+            except OSError as err:
+                print(f"tables: error: {path}: cannot be written ({err.strerror})",
+                      file=sys.stderr)
+                return 2
+        print(f"{count} tables in {path}, {len(drifted)} rewritten")
     return 0
 
 

@@ -3,8 +3,12 @@ of a table that differs, and bad input as one line. Every file here is made by t
 figure of bench/results is read)."""
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 
-from conftest import assert_clean_error, run_bench
+from conftest import BENCH_DIR, CLI_TIMEOUT_SEC, assert_clean_error, run_bench
 
 REPORT = {"models": {
     "graphsage": {"runs": 3, "mean": {"kendall_tau": 0.61234, "top1_score": 0.5, "mape": 51.26},
@@ -166,3 +170,62 @@ def test_a_tuning_row_of_a_workload_whose_key_has_a_slash(tmp_path):
     proc = tables(path)
     assert proc.returncode == 0, proc.stderr
     assert "| bo | 20.0 | 21.0 | 3 |\n| ms | 40.0 | 42.0 | 8 |" in path.read_text()
+
+
+def test_both_readmes_by_default_each_path_relative_to_its_own_folder(tmp_path):
+    """Without --readme the script writes and checks bench/README.md and the README of the
+    folder above (a copy of the script in tmp_path/bench, so both are tmp_path's); a PATH is
+    relative to its own README's folder."""
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    shutil.copy(os.path.join(BENCH_DIR, "tables.py"), bench)
+    inner = readme(bench)  # bench/README.md, its PATH results/report.json under bench/
+    outer = tmp_path / "README.md"
+    outer.write_text("# Project\n\n" + MARKER.replace("results/", "bench/results/")
+                     + "\n| stale |\n<!-- end table -->\n\nmore\n")
+
+    def tables_here(*args):
+        return subprocess.run([sys.executable, str(bench / "tables.py"), *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC)
+
+    proc = tables_here("--check")
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2, proc.stdout
+    assert lines[0].startswith(os.path.join("bench", "README.md") + ": line 5: table report")
+    assert lines[1].startswith("README.md: line 3: table report bench/results/report.json")
+    proc = tables_here()
+    assert proc.returncode == 0, proc.stderr
+    assert "1 tables in README.md, 1 rewritten" in proc.stdout
+    for path in (inner, outer):
+        assert "\n".join(TABLE) + "\n<!-- end table -->" in path.read_text()
+    assert outer.read_text().endswith("<!-- end table -->\n\nmore\n")
+    proc = tables_here("--check")
+    assert (proc.returncode, proc.stdout) == (0, "")
+    # a PATH of the main README is not read relative to bench/
+    outer.write_text(outer.read_text().replace("bench/results/", "results/"))
+    proc = tables_here("--check")
+    assert_clean_error(proc, "README.md: line 3: table report results/report.json: "
+                       "results/report.json cannot be read", prog="tables")
+
+
+def test_a_value_file_and_a_cell_of_other_fields(tmp_path):
+    """value: figures at fixed keys of any JSON file (a key with a dot matched whole); a
+    SELECTOR=FIELD+FIELD cell shows other FIELDs than its column's."""
+    result = {"ratio": 1.9517, "median": {"ours_per_min": 58.0, "theirs_per_min": 29.71},
+              "test": {"0.3": {"kendall_tau": 0.4271, "top1_score": 0.6641}}}
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "result.json").write_text(json.dumps(result))
+    marker = ('<!-- table: value results/result.json report:results/report.json\n'
+              '    head="what | figures" cols=tau+top1 none=-\n'
+              '    row="test.0.3 blend at 0.3" row="2:graphsage ours"\n'
+              '    row=".=ratio:2+median.ours_per_min:1 a ratio and a rate" -->')
+    path = readme(tmp_path, marker)
+    proc = tables(path)
+    assert proc.returncode == 0, proc.stderr
+    assert ("| blend at 0.3 | 0.427 / 0.664 |\n| ours | 0.612 ± 0.010 / 0.500 ± 0.100 |\n"
+            "| a ratio and a rate | 1.95 / 58.0 |\n") in path.read_text()
+    proc = tables(readme(tmp_path, marker.replace("test.0.3", "test.0.4")))
+    assert_clean_error(proc, "has no figure 'tau' of 'test.0.4'", prog="tables")
+    proc = tables(readme(tmp_path, marker.replace("median.ours", "median.nosuch")))
+    assert_clean_error(proc, "has no figure 'median.nosuch_per_min' of '.'", prog="tables")
