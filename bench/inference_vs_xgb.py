@@ -6,13 +6,12 @@ medians of --runs repeats.
 The XGBModel is first trained on measured records of the dataset (its scoring cost does not
 depend on how well it was trained).
 
-    python bench/inference_vs_xgb.py --checkpoint checkpoints/graphsage.ckpt [--runs 3]
+    python bench/inference_vs_xgb.py [--checkpoint checkpoints/graphsage-v2.ckpt] [--runs 3]
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import statistics
 import time
@@ -25,13 +24,14 @@ XGB_TRAIN_RECORDS = 256
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", default=None, help="default: the one in checkpoints/")
+    parser.add_argument("--checkpoint", default=None,
+                        help="default: the shipped CPU model (tune's default for llvm)")
     parser.add_argument("--dataset", default="data/llvm-full")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    ckpt = args.checkpoint or next(iter(sorted(glob.glob("checkpoints/*.ckpt"))), None)
-    if ckpt is None:
-        raise SystemExit("no checkpoint: pass --checkpoint or train one into checkpoints/")
+    from costmodel import checkpoints
+
+    ckpt = args.checkpoint or checkpoints.for_target("llvm")
 
     from tvm.s_tir import Schedule
     from tvm.s_tir import meta_schedule as ms

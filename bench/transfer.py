@@ -52,10 +52,10 @@ of the same held-out records, say the one trained on all of them). Each run live
 runs are read back, so an interrupted benchmark resumes (a run made with other settings is
 refused: use another --out).
 
-    python bench/transfer.py --dataset data/cuda-h100 --init-from checkpoints/graphsage.ckpt \\
+    python bench/transfer.py --dataset data/cuda-h100 --init-from bench/models/graphsage.ckpt \\
         --split shapes [--shares 0.01 0.05 0.1 1.0] [--seeds 0 1 2] [--max-epochs 30] \\
         [--steps 1770] [--accelerator gpu]
-    python bench/transfer.py --dataset data/cuda-h100 --init-from checkpoints/graphsage.ckpt \\
+    python bench/transfer.py --dataset data/cuda-h100 --init-from bench/models/graphsage.ckpt \\
         --split shapes --modes scratch joint --joint-dataset data/llvm-networks \\
         --joint-share 0.25 --shares 0.1 0.5 1.0
     python bench/transfer.py --dataset data/llvm-znver1 --init-from checkpoints/graphsage-v2.ckpt \\

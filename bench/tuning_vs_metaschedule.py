@@ -105,7 +105,8 @@ GPU_WORKLOADS = [
 ]
 GPU_CHECKPOINT = "graphsage-h100.ckpt"  # shipped, with its pretrained XGBModel beside it
 TUNERS = ["bo", "ms-xgb-pretrained", "ms-default", "ms-ours", "random"]
-SHAPES_CHECKPOINT = "graphsage.ckpt"  # shipped; its test side holds SHAPES_WORKLOADS out
+# an evaluation checkpoint (bench/evaluation_models.py): its test side holds SHAPES_WORKLOADS out
+SHAPES_CHECKPOINT = "graphsage.ckpt"
 LONG_TUNERS = ["ms-xgb-pretrained", "ms-default"]  # the baselines that the targets need at 256
 
 
@@ -322,8 +323,8 @@ def main() -> None:
             part("tuning-gpu", GPU_WORKLOADS, checkpoints.path(GPU_CHECKPOINT), args, target,
                  measurer)
         if "shapes" in args.parts:
-            part("tuning-shapes", SHAPES_WORKLOADS, checkpoints.path(SHAPES_CHECKPOINT), args,
-                 target, measurer)
+            part("tuning-shapes", SHAPES_WORKLOADS, evaluation_models.path(SHAPES_CHECKPOINT),
+                 args, target, measurer)
         if "family" in args.parts and args.family_checkpoint:
             part("tuning-family", FAMILY_WORKLOADS, args.family_checkpoint, args, target,
                  measurer)

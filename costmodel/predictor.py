@@ -1,8 +1,8 @@
 """The inference API everything else uses: load a checkpoint, predict latencies, fast.
 
-    predictor = CostModelPredictor.load("checkpoints/graphsage.ckpt")
+    predictor = CostModelPredictor.load("checkpoints/graphsage-v2.ckpt")
     ensemble = CostModelPredictor.load(["seed0.ckpt", "seed1.ckpt", "seed2.ckpt"])
-    on_gpu = CostModelPredictor.load("checkpoints/graphsage.ckpt", device="cuda")
+    on_gpu = CostModelPredictor.load("checkpoints/graphsage-h100.ckpt", device="cuda")
     seconds = predictor.predict([sch1, sch2, ...])          # Schedules or scheduled IRModules
     seconds = predictor.predict_records(frame)              # rows of a datagen dataset
     scores = predictor.score(frame)                         # higher is faster, as store models

@@ -48,7 +48,7 @@ def test_bad_input_is_one_line(tmp_path):
                      "--dataset", "data/llvm-full", "--out", str(tmp_path / "f" / "out"))
     assert_clean_error(proc, "is a file", prog="blend_weight")
     alone = tmp_path / "model.ckpt"  # a checkpoint without its pretrained XGBModel beside it
-    shutil.copy("checkpoints/graphsage.ckpt", alone)
+    shutil.copy("checkpoints/graphsage-v2.ckpt", alone)
     proc = run_bench("blend_weight.py", "--checkpoint", str(alone), "--dataset", "data/llvm-full",
                      "--out", str(tmp_path / "out"))
     assert_clean_error(proc, "model.xgb.npz is missing", prog="blend_weight")

@@ -19,6 +19,9 @@ def test_a_missing_evaluation_checkpoint_says_how_to_make_it(monkeypatch, tmp_pa
             evaluation_models.path(name)
         with pytest.raises(UserError, match="train fit --config configs/"):
             evaluation_models.path(name)
+    # the first model's pretrained XGBModel shipped beside it: restored with it
+    with pytest.raises(UserError, match="and its graphsage.xgb.npz the same way"):
+        evaluation_models.path("graphsage.ckpt")
     (tmp_path / "graphsage-v2-networks.ckpt").write_bytes(b"")
     assert evaluation_models.path("graphsage-v2-networks.ckpt") == \
         str(tmp_path / "graphsage-v2-networks.ckpt")

@@ -193,12 +193,11 @@ def test_an_ensemble_averages_log_latency(tmp_path, graphs, target):
 def test_the_shipped_checkpoints_are_current_and_installed():
     from costmodel import checkpoints
 
-    for name in ("graphsage-v2.ckpt", "graphsage.ckpt"):
-        ckpt = checkpoint.load(checkpoints.path(name), target_kind="llvm")
-        assert ckpt.meta["format_version"] == checkpoint.FORMAT_VERSION
-        # none is trained with per-workload normalisation: they predict latency
-        assert not ckpt.meta["normalization"].get("per_workload") and ckpt.predicts_latency
-        assert CostModelPredictor.load(checkpoints.path(name)).predicts_latency
+    ckpt = checkpoint.load(checkpoints.path("graphsage-v2.ckpt"), target_kind="llvm")
+    assert ckpt.meta["format_version"] == checkpoint.FORMAT_VERSION
+    # not trained with per-workload normalisation: it predicts latency
+    assert not ckpt.meta["normalization"].get("per_workload") and ckpt.predicts_latency
+    assert CostModelPredictor.load(checkpoints.path("graphsage-v2.ckpt")).predicts_latency
     # tune's default is trained on every workload of the network dataset, nothing held out
     default = checkpoint.load(checkpoints.path())
     assert os.path.basename(checkpoints.path()) == "graphsage-v2.ckpt"
@@ -209,8 +208,9 @@ def test_the_shipped_checkpoints_are_current_and_installed():
     assert cpu.companion.name == "xgb" and 0 < cpu.companion.weight < 1
     assert cpu.companion.fits(default.meta)
     # the evaluation checkpoints are not shipped
-    with pytest.raises(UserError, match="missing from this installation"):
-        checkpoints.path("graphsage-v2-networks.ckpt")
+    for name in ("graphsage-v2-networks.ckpt", "graphsage.ckpt"):
+        with pytest.raises(UserError, match="missing from this installation"):
+            checkpoints.path(name)
     # the GPU model ships with its LightGBM companion, fitted on its own training records
     gpu = CostModelPredictor.load(checkpoints.path("graphsage-h100.ckpt"))
     assert gpu.target_kind == "cuda" and gpu.companion is not None

@@ -22,8 +22,7 @@ from datagen.tvm_env import make_target, target_json
 from datagen.workloads import Workload
 
 DENSE = Workload("dense", (32, 32, 32))
-SHIPPED = ("checkpoints/graphsage-v2.ckpt", "checkpoints/graphsage.ckpt",
-           "checkpoints/graphsage-h100.ckpt")
+SHIPPED = ("checkpoints/graphsage-v2.ckpt", "checkpoints/graphsage-h100.ckpt")
 # what checkpoints and feature caches name of the shipped views, in their order: a change here
 # is a new version, not a refactor (a new view adds to the registry, not to these)
 VERSIONS = {"graph": "tir-graph-1", "program": "tir-graph-1",
@@ -113,7 +112,7 @@ def test_shipped_checkpoints_read_as_before(path):
     ckpt = checkpoint.load(path)
     assert ckpt.model.architecture == meta["architecture"]
     read = [v.name for v in views.optional() if v.reads(meta["architecture"])]
-    assert read == {"graphsage-v2.ckpt": ["store"], "graphsage.ckpt": [],
+    assert read == {"graphsage-v2.ckpt": ["store"],
                     "graphsage-h100.ckpt": ["store", "warp"]}[path.rsplit("/", 1)[1]]
     assert ckpt.hparams["views"] == read and "views" not in raw["hyper_parameters"]
     assert not any(k.startswith("use_") and k != "use_program_features" for k in ckpt.hparams)
