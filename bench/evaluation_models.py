@@ -17,7 +17,8 @@ FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
 # the last revision that carried each in checkpoints/, and the files that shipped beside it
 LAST_SHIPPED = {"graphsage-v2-networks.ckpt": "7889b92",
                 "graphsage-family-depthwise.ckpt": "7889b92", "graphsage.ckpt": "583e42c"}
-BESIDE = {"graphsage.ckpt": ["graphsage.xgb.npz"]}  # its pretrained XGBModel (ms-xgb-pretrained)
+# each one's pretrained XGBModel (what ms-xgb-pretrained tunes with) shipped beside it
+BESIDE = {name: [name.replace(".ckpt", ".xgb.npz")] for name in LAST_SHIPPED}
 MADE_BY = {
     # the first model (the default until cost model v2): the shapes split of data/llvm-full,
     # picked among training seeds 0, 1 and 2 by validation Kendall tau

@@ -180,8 +180,9 @@ class CostModelPredictor:
         """The network fitted on the records of `frame` in one call, as the store models are
         (`costmodel.store_models.StoreModel.fit`): what `train fit` does with the "all" split,
         `max_epochs` epochs on the CPU, the last epoch kept (every workload trains, unless
-        `val_fraction` of them are to validate, which only reports: the epochs stay); with `blend_with` ("lightgbm" or "xgb"), blended with that
-        store model fitted on the same training records (`blend_weight` of the network's).
+        `val_fraction` of them validate, which only reports: no epoch is chosen on them); with
+        `blend_with` ("lightgbm" or "xgb"), blended with that store model fitted on the same
+        training records (`blend_weight` of the network's).
 
         Args:
             frame: records of one target, with `datagen.records`' columns (`read_records`).

@@ -170,6 +170,13 @@ def _stored_features(z) -> np.ndarray:
     return distinct.reshape(shape)[index]
 
 
+def _booster_bytes(z) -> bytearray:
+    """The booster of a `save_xgb` file: LZMA-packed JSON, or in the earliest layout (files of
+    the evaluation checkpoints in the history) XGBoost's own bytes as they are."""
+    return bytearray(companions.unpack(z["booster_json"]) if "booster_json" in z
+                     else z["booster"].tobytes())
+
+
 def load_xgb(path: str, fingerprint: str | None = None, seed: int = 0,
              adaptive_training: bool = True, threads: int | None = None):
     """A trained XGBModel from `save_xgb`'s file, ready to predict and to keep learning.
@@ -193,8 +200,7 @@ def load_xgb(path: str, fingerprint: str | None = None, seed: int = 0,
             costs = z["costs"]
             sizes = np.cumsum(z["group_size"])[:-1]
             booster = xgb.Booster()
-            booster.load_model(bytearray(companions.unpack(z["booster_json"])
-                                         if "booster_json" in z else z["booster"].tobytes()))
+            booster.load_model(_booster_bytes(z))
             hashes = [str(h) for h in z["group_hash"]]
     except (OSError, ValueError, KeyError, xgb.core.XGBoostError) as err:
         raise UserError(f"{path} is not a pretrained XGBModel file ({str(err)[:200]}); delete "
@@ -654,7 +660,7 @@ def load_store_model(path: str, scoring_only: bool = False,
         with np.load(path, allow_pickle=False) as z:
             if KIND in z and FITTED_ON in z:
                 kind, fitted_on = str(z[KIND]), json.loads(str(z[FITTED_ON]))
-            elif "booster_json" in z and "fingerprint" in z:  # a pretrained XGBModel's file
+            elif ("booster_json" in z or "booster" in z) and "fingerprint" in z:  # save_xgb's
                 kind, fitted_on = "xgb", {"model": "xgb", "fingerprint": str(z["fingerprint"]),
                                           "records": int(z["rows"].size)}
             elif {"format", "model", "info"} <= set(z.files):  # a LightGBM companion, 1 or 2
@@ -694,7 +700,7 @@ def _xgb_for_scoring(z):
 
     booster = xgb.Booster()
     try:
-        booster.load_model(bytearray(companions.unpack(z["booster_json"])))
+        booster.load_model(_booster_bytes(z))
     except xgb.core.XGBoostError as err:
         raise ValueError(f"XGBoost cannot read its model: {str(err)[:200]}") from None
     booster.set_param({"nthread": 1})

@@ -173,6 +173,33 @@ def test_a_pretrained_xgbmodel_blends_once_it_holds_a_weight(xgb_booster, booste
     assert blend.load_companion(str(tmp_path / "m.ckpt"), META).name == "lightgbm"
 
 
+def test_a_pretrained_xgbmodel_of_the_earliest_layout_still_loads_and_blends(xgb_booster,
+                                                                            tmp_path):
+    """The evaluation checkpoints restored from the history come with XGBModel files of the
+    first layout (the feature matrix as it is, the booster's own bytes): both readers, the
+    tuner's (`load_xgb`) and the blend's (`load_store_model`), take them."""
+    import xgboost as xgb
+
+    from costmodel.store_models import load_store_model, load_xgb
+
+    path = str(tmp_path / "m.xgb.npz")
+    features = np.random.default_rng(2).normal(size=(4, 5)).astype(np.float32)
+    np.savez_compressed(path, fingerprint=np.array(blend.xgb_fingerprint(META)),
+                        group_hash=np.array(["g"]), group_size=np.array([2]),
+                        rows=np.array([3, 1]), features=features,
+                        costs=np.array([1.0, 0.5], np.float32),
+                        booster=np.frombuffer(bytes(xgb_booster.save_raw()), np.uint8))
+    full = load_xgb(path, blend.xgb_fingerprint(META))
+    assert full.data_size == 2 and len(full.data["g"].features) == 2
+    assert load_store_model(path).fitted_on["records"] == 2
+    blend.set_weight(path, 0.3)
+    back = blend.load_companion(str(tmp_path / "m.ckpt"), META)
+    assert back.name == "xgb" and back.weight == 0.3 and back.fits(META)
+    rows = [features[:3], features[3:]]
+    margin = [xgb_booster.predict(xgb.DMatrix(r), output_margin=True).sum() for r in rows]
+    np.testing.assert_allclose(back.throughput(rows), margin, rtol=1e-6)
+
+
 def test_a_pretrained_xgbmodel_of_other_records_or_weight_is_refused(xgb_booster, tmp_path):
     path = str(tmp_path / "m.xgb.npz")
     _xgb_file(path, xgb_booster, "0" * 40)
