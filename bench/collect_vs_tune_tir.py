@@ -97,8 +97,8 @@ def per_candidate(dataset: str) -> dict:
 def one_run(workloads: list[str], trials: int, target: str | None,
             cap: float | None = None) -> dict:
     """One run of each collector, one after the other: their rates and where datagen's time
-    went."""
-    env_threads = os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))))
+    went. Both use the runtime threads `compare` set (TVM_NUM_THREADS)."""
+    env_threads = os.environ["TVM_NUM_THREADS"]
     targeted = ["--target", target] if target else []
     with tempfile.TemporaryDirectory() as tmp:
         wall_d, out, _ = timed([sys.executable, "-m", "datagen.cli", "collect", *workloads,

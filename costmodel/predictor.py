@@ -25,9 +25,9 @@ import numpy as np
 import torch
 
 from costmodel import blend as blending
-from costmodel import checkpoint, featurize, views
+from costmodel import checkpoint, companions, featurize, views
 from costmodel.model import batch_inputs
-from datagen.errors import UserError
+from datagen.errors import UserError, atomic_path
 
 PREDICT_BATCH = 128  # graphs per forward pass; smaller batches overlap more with lowering
 
@@ -238,8 +238,6 @@ class CostModelPredictor:
         if any, beside it (`costmodel.blend`), where `load` finds it."""
         import shutil
 
-        from datagen.errors import atomic_path
-
         if len(self.members) != 1:
             raise UserError(f"an ensemble of {len(self.members)} is saved as one checkpoint "
                             "per member; save each member's predictor")
@@ -247,7 +245,7 @@ class CostModelPredictor:
         checkpoint.save(path, m.model, m.meta, m.hparams)
         if (c := self.companion) is None:
             return
-        beside = blending.companions.beside(path, blending.SUFFIXES[c.name])
+        beside = companions.beside(path, blending.SUFFIXES[c.name])
         if c.path is None:
             c.save(beside)
         elif os.path.abspath(c.path) != os.path.abspath(beside):
