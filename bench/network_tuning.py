@@ -44,18 +44,22 @@ BOOTSTRAP_SAMPLES = 10000
 
 
 def check_networks(names: list[str], budgets: list[int], rounds: int) -> None:
-    """Before anything is tuned: the networks are defined, the budgets and rounds positive.
+    """Before anything is tuned: the networks are defined, each budget at least one round per
+    task, the rounds positive.
 
     Raises:
         UserError: one line naming what is wrong.
     """
     from datagen.errors import UserError
     from datagen.networks import NETWORKS as DEFINED
+    from tuning.tuner import DEFAULT_TRIALS_PER_ITER
 
     if unknown := [n for n in names if n not in DEFINED]:
         raise UserError(f"unknown network(s) {', '.join(unknown)}; see 'datagen networks'")
-    if bad := [b for b in budgets if b < 1]:
-        raise UserError(f"--network-budgets are trials per task, at least 1, not {bad[0]}")
+    if bad := [b for b in budgets if b < DEFAULT_TRIALS_PER_ITER]:
+        raise UserError(f"--network-budgets are trials per task, at least one round of "
+                        f"{DEFAULT_TRIALS_PER_ITER}, not {bad[0]}: a smaller budget leaves tasks "
+                        "untuned")
     if rounds < 1:
         raise UserError(f"--rounds must be at least 1, not {rounds}")
 

@@ -364,9 +364,20 @@ def tune_workload(mod, target, tuner: str, trials: int, work_dir: str, measurer,
 def tune_network(mod, params, target, tuner: str, trials: int, work_dir: str, measurer,
                  inputs: SearchInputs = SearchInputs(),
                  trials_per_iter: int = DEFAULT_TRIALS_PER_ITER, progress: bool = False):
-    """Tune every task of a relax module (trials spread by task weight); returns the database."""
+    """Tune every task of a relax module (trials spread by task weight); returns the database.
+
+    Raises:
+        UserError: the budget is below one round per task (MetaSchedule's task scheduler gives
+            each task a round in turn and stops at the budget: the tasks after it would be
+            built untuned), checked before anything is written.
+    """
     from tvm.s_tir import meta_schedule as ms
 
+    tasks = len(ms.relax_integration.extract_tasks(mod, target, params))
+    if trials < tasks * trials_per_iter:
+        raise UserError(f"{trials} trials are below one round per task: the network has {tasks} "
+                        f"tasks and a round measures {trials_per_iter}, so give at least "
+                        f"{tasks * trials_per_iter} trials, or measure fewer per round")
     with _tuning(target, tuner, trials, work_dir, measurer, inputs, progress, tuner) as search:
         return ms.relax_integration.tune_relax(
             mod, params, target, work_dir, max_trials_global=trials,

@@ -76,7 +76,8 @@ def test_a_report_reads_the_finished_pairs_and_tunes_nothing(tmp_path):
 
 @pytest.mark.parametrize("extra, message", [
     (["--networks", "resnet5"], "unknown network(s) resnet5; see 'datagen networks'"),
-    (["--network-budgets", "0"], "--network-budgets are trials per task, at least 1, not 0"),
+    (["--network-budgets", "0"], "--network-budgets are trials per task, at least one round"),
+    (["--network-budgets", "4", "16"], "at least one round of 8, not 4: a smaller budget leaves"),
     (["--rounds", "0"], "--rounds must be at least 1, not 0"),
 ])
 def test_bad_input_of_the_networks_part_is_one_line(tmp_path, extra, message):

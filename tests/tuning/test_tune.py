@@ -276,6 +276,19 @@ def test_tune_a_pytorch_model(tiny_checkpoint, tmp_path):
     np.testing.assert_allclose(got.numpy(), model(x).detach().numpy(), rtol=1e-4, atol=1e-5)
 
 
+def test_a_network_budget_below_one_round_per_task_is_one_line(tmp_path):
+    """MetaSchedule's task scheduler would stop before the last tasks got a round and build
+    them untuned: refused before anything is written."""
+    path = str(tmp_path / "mlp.pt2")
+    torch.export.save(torch.export.export(TinyMLP().eval(), (torch.randn(4, 16),)), path)
+    out = tmp_path / "net"
+    proc = run_cli("run", "--torch-model", path, "--trials", "4", "--trials-per-iter", "4",
+                   "--tuner", "random", "--out", str(out), "--no-progress", prog="tune")
+    assert_clean_error(proc, "4 trials are below one round per task: the network has 2 tasks "
+                       "and a round measures 4, so give at least 8 trials", prog="tune")
+    assert not out.exists() or not any(out.iterdir())
+
+
 def test_interrupted_run_keeps_its_measurements(tiny_checkpoint, tmp_path):
     out = tmp_path / "int"
     records = out / WORKLOAD.replace("/", "__") / "database_tuning_record.json"
