@@ -359,6 +359,25 @@ def test_a_gpu_lost_mid_tuning_is_one_line_and_keeps_the_trials_before(tmp_path)
     assert len(curve) == 4 and all(math.isfinite(latency) for latency in curve)
 
 
+@needs_no_gpu
+def test_a_gpu_lost_mid_network_is_one_line_and_keeps_the_tasks_tuned_before(tmp_path):
+    """The same in the middle of a whole network: its first task's round stays in the
+    database, the second task's, on the lost device, never reaches it."""
+    path = str(tmp_path / "mlp.pt2")
+    torch.export.save(torch.export.export(TinyMLP().eval(), (torch.randn(4, 16),)), path)
+    out = tmp_path / "lost"
+    proc = subprocess.run([sys.executable, "-c", LOSE_THE_GPU, "run", "--torch-model", path,
+                           "--tuner", "random", "--trials", "12", "--trials-per-iter", "4",
+                           "--out", str(out), "--no-progress"],
+                          capture_output=True, text=True, timeout=600)
+    assert_clean_error(proc, "the cuda device disappeared while tuning; the trials measured "
+                             "before are in", prog="tune")
+    curves = read_curve(str(out))
+    assert [len(c) for c in curves.values()] == [4]
+    assert all(math.isfinite(latency) for c in curves.values() for latency in c)
+    assert not (out / "network.so").exists()
+
+
 # no file of the tuning process may grow past 48 KiB, as on a disk that fills up mid-run (EFBIG
 # instead of ENOSPC, the same failed write): the database's records file (about 6 KB a record
 # for this workload, its workload file 24 KB) hits it after a round or two; the builds' small
