@@ -84,13 +84,6 @@ def export(name: str, target):
 _EXPORTED: dict = {}  # network -> (relax module, input arrays, task count) of this process
 
 
-def task_count(mod, target) -> int:
-    """How many tasks MetaSchedule extracts from `mod` (the budget is B of them each)."""
-    from tvm.s_tir import meta_schedule as ms
-
-    return len(ms.relax_integration.extract_tasks(mod, target))
-
-
 def tune(mod, target, tuner: str, trials: int, grid, run: str, measurer, inputs) -> dict:
     """One tuner's run into the folder `run` of the part's `Grid` (read back from its cell
     `done.json` there if it finished with these trials and models): its trials, search wall
@@ -144,7 +137,7 @@ def run_pair(name: str, seed: int, per_task: int, tuners, grid, target, measurer
 
     from tvm.s_tir import meta_schedule as ms
 
-    from tuning.tuner import compile_network
+    from tuning.tuner import compile_network, task_count
 
     pair = grid.read(pair_cell(name, seed, per_task))
     if pair is not None and set(pair["latency"]) == set(tuners) and pair["rounds"] >= rounds:

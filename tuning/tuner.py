@@ -361,6 +361,13 @@ def tune_workload(mod, target, tuner: str, trials: int, work_dir: str, measurer,
                            num_tuning_cores=inputs.threads or "physical", **search)
 
 
+def task_count(mod, target, params=None) -> int:
+    """How many tasks MetaSchedule extracts from a relax module (what `tune_network` tunes)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return len(ms.relax_integration.extract_tasks(mod, target, params))
+
+
 def tune_network(mod, params, target, tuner: str, trials: int, work_dir: str, measurer,
                  inputs: SearchInputs = SearchInputs(),
                  trials_per_iter: int = DEFAULT_TRIALS_PER_ITER, progress: bool = False):
@@ -373,7 +380,7 @@ def tune_network(mod, params, target, tuner: str, trials: int, work_dir: str, me
     """
     from tvm.s_tir import meta_schedule as ms
 
-    tasks = len(ms.relax_integration.extract_tasks(mod, target, params))
+    tasks = task_count(mod, target, params)
     if trials < tasks * trials_per_iter:
         raise UserError(f"{trials} trials are below one round per task: the network has {tasks} "
                         f"tasks and a round measures {trials_per_iter}, so give at least "
