@@ -139,8 +139,6 @@ def part(name, workloads, checkpoint, args, target, measurer) -> None:
         inputs, args.trials_per_iter,
         remeasure_budgets=args.trials, tuner_trials=tuner_trials, finished_only=args.report,
         jobs=args.jobs)
-    if not results:
-        raise SystemExit(f"{name}: no finished (workload, seed) pair in {out}/pairs yet")
     budgets = sorted({16, 32, *args.trials})
     done = read_json(os.path.join(out, "results.json"))
     summary = summarize(results, remeasured, budgets, trials, tuner_trials,

@@ -205,20 +205,27 @@ def _compare(args) -> int:
         raise UserError(f"--remeasure-rounds must be at least 1, not {args.remeasure_rounds}")
     if min(args.budgets) < 1:
         raise UserError(f"--budgets are trial counts, at least 1, not {min(args.budgets)}")
-    target, measurer, inputs = _setup(args)
-    os.makedirs(args.out, exist_ok=True)
+    if args.report:  # nothing tuned or measured: no models or device needed
+        from datagen.tvm_env import make_target
+        from tuning.tuner import SearchInputs
+
+        target, measurer, inputs = make_target(args.target), None, SearchInputs()
+    else:
+        target, measurer, inputs = _setup(args)
+        os.makedirs(args.out, exist_ok=True)
     try:
         with _interruptible():
             results, remeasured = run_curves(
                 workloads, args.tuners, args.trials, args.seeds, args.out, target, measurer,
                 inputs, args.trials_per_iter, progress=not args.no_progress,
-                rounds=args.remeasure_rounds)
+                rounds=args.remeasure_rounds, finished_only=args.report)
     except Interrupted:
         print(f"tune: interrupted; finished runs are kept in {args.out}/runs, run the same "
               "command to continue", file=sys.stderr)
         return 130
     finally:
-        measurer.close()
+        if measurer is not None:
+            measurer.close()
     from tuning.runs import read_json
 
     walls = read_json(os.path.join(args.out, "results.json")).get("wall_s")
@@ -281,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="re-measurements of each tuner's best schedule, interleaved")
     p.add_argument("--seeds", nargs="+", type=int, default=[0])
     p.add_argument("--budgets", nargs="+", type=int, default=[8, 16, 32, 64])
+    p.add_argument("--report", action="store_true",
+                   help="tune nothing: summarise the finished (workload, seed) pairs under "
+                   "--out (a comparison still under way, or pairs measured elsewhere)")
     _common(p)
     p.set_defaults(func=_compare)
     args = parser.parse_args(argv)

@@ -47,7 +47,7 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
     (results.json names them under "models").
 
     Raises:
-        UserError: with `finished_only`, pairs made with different models.
+        UserError: with `finished_only`, pairs made with different models, or none.
 
     Returns:
         curves: {workload key: {tuner: [latencies per trial, one list per seed]}}
@@ -97,6 +97,9 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
         measured_on[w.key].append(pair["target"])
         devices[w.key].append(device_name(pair.get("device")))
         pair_seeds[w.key].append(seed)
+    if not any(pair_seeds.values()):  # a report of nothing: results.json is left as it was
+        raise UserError(f"no finished (workload, seed) pair of these tuners, budgets and rounds "
+                        f"in {out}/pairs yet")
     for key in [k for k, seeds_done in pair_seeds.items() if not seeds_done]:
         del results[key], remeasured[key], measured_on[key], devices[key], pair_seeds[key], \
             walls[key]

@@ -231,6 +231,12 @@ def test_tune_compare_against_pretrained_xgb_with_remeasured_finalists(tiny_chec
     run_cli(*args, prog="tune", check=True)
     assert json.loads((out / "summary.json").read_text()) == summary
     assert not (out / "runs").exists()
+    # --report summarises the finished pairs and tunes nothing, as for a comparison under way
+    (out / "summary.json").unlink()
+    proc = run_cli(*args, "--report", prog="tune", check=True)
+    assert "bo@8 / ms-xgb-pretrained@8: ratio" in proc.stdout
+    assert json.loads((out / "summary.json").read_text()) == summary
+    assert not (out / "runs").exists()
 
 
 class TinyMLP(torch.nn.Module):
@@ -424,6 +430,7 @@ def test_a_full_disk_mid_tuning_is_one_line_and_keeps_the_rounds_before(tmp_path
     (["run", WORKLOAD, "--network-share", "1.5"], "--network-share is a share in [0, 1]"),
     (["compare", WORKLOAD, "--network-share", "0.5"], "has none beside it"),  # no companion
     (["compare", WORKLOAD, "--budgets", "0", "8"], "--budgets are trial counts, at least 1"),
+    (["compare", WORKLOAD, "--report"], "no finished (workload, seed) pair of these tuners"),
     (["compare", WORKLOAD, "--tuners", "ms-xgb-pretrained", "--dataset", "no/such/dir"],
      "expected in no/such/dir, which does not exist; pass --dataset DIR"),
 ])
