@@ -209,6 +209,16 @@ class HeldOut:
         self.test = frame[frame.workload_key.isin(self.sides["test"])].reset_index(drop=True)
         self.val = frame[frame.workload_key.isin(self.sides["val"])].reset_index(drop=True)
         self.train = frame[frame.workload_key.isin(self.sides["train"])].reset_index(drop=True)
+        self.trees_train = self.train  # what the baselines fit: the network's training records
+        if data.get("joint_dataset"):  # the other datasets that train beside them, too
+            from costmodel.data_module import joint_records
+
+            joint = joint_records(data["joint_dataset"], data.get("joint_share", 1.0),
+                                  data.get("seed", 0), frame.target.iloc[0],
+                                  set(self.sides["val"]) | set(self.sides["test"]),
+                                  self.dataset)[0]
+            self.trees_train = pd.concat([self.train, joint.drop(columns=["head", "dataset"])],
+                                         ignore_index=True)
         self.cache_dir = args.cache_dir
         self.predicted = {}  # (checkpoints, side) -> our log-latency predictions
         self.device = "cuda" if args.accelerator == "gpu" else "cpu"
@@ -301,7 +311,8 @@ def baseline_scores(args, held: HeldOut, name: str, side: str = "test") -> np.nd
     def kept(s):
         if os.path.isfile(kept_at(s)):
             with np.load(kept_at(s), allow_pickle=False) as f:
-                if str(f["records"]) == digest(frames[s]) and int(f["train"]) == len(held.train):
+                if str(f["records"]) == digest(frames[s]) and \
+                        int(f["train"]) == len(held.trees_train):
                     return f["scores"]
         return None
 
@@ -312,11 +323,12 @@ def baseline_scores(args, held: HeldOut, name: str, side: str = "test") -> np.nd
     print(f"baseline {name} on the {', '.join(todo)} records ...", flush=True)
     both = pd.concat([frames[s] for s in todo], ignore_index=True)
     target = make_target(json.loads(both.target.iloc[0]))
-    scores = -next(iter(BASELINES.get(name)(held.train, both, target, [0],
+    scores = -next(iter(BASELINES.get(name)(held.trees_train, both, target, [0],
                                             cache_dir=held.cache_dir)))
     os.makedirs(os.path.join(args.out, "baselines"), exist_ok=True)
     for s, part in zip(todo, np.split(scores, np.cumsum([len(frames[s]) for s in todo])[:-1])):
-        np.savez(kept_at(s), scores=part, records=digest(frames[s]), train=len(held.train))
+        np.savez(kept_at(s), scores=part, records=digest(frames[s]),
+                 train=len(held.trees_train))
         found[s] = part
     return found[side]
 
@@ -456,7 +468,7 @@ def baseline(args, held: HeldOut, name: str) -> dict:
     grid, kept = Grid(args.out), os.path.join("baselines", f"{name}.json")
     wanted = {"config": portable(args.config, REPO), "dataset": held.dataset,
               "test": len(held.test),
-              "train": len(held.train)}
+              "train": len(held.trees_train)}
     if (found := grid.read(kept, wanted)) is not None:
         return found
     found = grouped_metrics(held.test, baseline_scores(args, held, name), latency=False)

@@ -61,6 +61,53 @@ def read_pseudo_labels(path: str) -> pd.DataFrame:
     return table.assign(latency=latency).astype({"workload_key": str, "trace_hash": str})
 
 
+def joint_records(joint_dataset: str | list[str], share: float, seed: int, target: str,
+                  unseen: set[str], dataset: str) -> tuple[pd.DataFrame, list[str], list[dict], int]:
+    """The records of `joint_dataset` (a folder or a list of them) that train beside
+    `dataset`'s training side, unfeaturised: each folder's usable records, a seeded `share` of
+    each workload's (`share_of_records`), under workload keys of their own (`JOINT_PREFIX`,
+    then the head for heads above 1), each naming its target's head (`head`: 1 + the target's
+    place among the joint targets, in the order given) and its folder (`dataset`). Also the
+    joint targets, a description of each folder and how many records were unusable.
+
+    Raises:
+        UserError: a folder is given twice, has no usable record, mixes targets, or holds
+            workloads of `unseen` (validation or held-out) measured on `target` (a leak).
+    """
+    from datagen.records import read_records
+
+    folders = [joint_dataset] if isinstance(joint_dataset, str) else list(joint_dataset)
+    if len({os.path.realpath(f) for f in folders}) < len(folders):
+        raise UserError(f"joint_dataset names a folder twice ({', '.join(folders)}); "
+                        "give each dataset once")
+    frames, targets, described, dropped = [], [], [], 0
+    for folder in folders:
+        frame, lost = usable(read_records(folder, RECORD_COLUMNS))
+        if frame.empty:
+            raise UserError(f"joint_dataset {folder} has no successfully measured "
+                            "records to train on")
+        check_one_target(frame, folder)
+        if frame.target.iloc[0] == target:
+            leaked = sorted(set(frame.workload_key) & unseen)
+            if leaked:
+                raise UserError(f"joint_dataset {folder} holds {len(leaked)} "
+                                f"validation or held-out workloads of {dataset} on the same "
+                                f"target (e.g. {leaked[0]}); join another target's records or "
+                                "use another split")
+        dropped += lost
+        if share < 1:
+            frame = share_of_records(frame, share, seed)
+        if frame.target.iloc[0] not in targets:
+            targets.append(frame.target.iloc[0])
+        head = 1 + targets.index(frame.target.iloc[0])
+        prefix = JOINT_PREFIX + (f"{head}:" if head > 1 else "")
+        frames.append(frame.assign(workload_key=prefix + frame.workload_key, head=head,
+                                   dataset=folder))
+        described.append({"dataset": folder, "share": share, "target": frame.target.iloc[0],
+                          "records": len(frame), "workloads": int(frame.workload_key.nunique())})
+    return pd.concat(frames, ignore_index=True), targets, described, dropped
+
+
 class WorkloadBatchSampler(torch.utils.data.Sampler):
     """Batches of `per_workload` records from each of `workloads_per_batch` workloads.
 
@@ -323,60 +370,24 @@ class ScheduleDataModule(L.LightningDataModule):
 
     def _joint_records(self) -> pd.DataFrame:
         """The featurised shares of the `joint_dataset` folders' records that train beside
-        the training side, under workload keys of their own (`JOINT_PREFIX`, then the head
-        for heads above 1), each naming its target's head (`head`); sets `joint` and
-        `joint_targets`.
-
-        Raises:
-            UserError: a folder is given twice, has no usable record, mixes targets, or
-                holds validation or held-out workloads of the dataset measured on the same
-                target (a leak).
-        """
+        the training side (`joint_records`), each featurised for its own target; sets `joint`
+        and `joint_targets`."""
         hp = self.hparams
-        folders = [hp.joint_dataset] if isinstance(hp.joint_dataset, str) else \
-            list(hp.joint_dataset)
-        if len({os.path.realpath(f) for f in folders}) < len(folders):
-            raise UserError(f"joint_dataset names a folder twice ({', '.join(folders)}); "
-                            "give each dataset once")
-        frames, described = [], []
-        for folder in folders:
-            frame = self._joint_folder(folder)
-            if frame.target.iloc[0] not in self.joint_targets:
-                self.joint_targets.append(frame.target.iloc[0])
-            head = 1 + self.joint_targets.index(frame.target.iloc[0])
-            prefix = JOINT_PREFIX + (f"{head}:" if head > 1 else "")
-            frame = frame.assign(workload_key=prefix + frame.workload_key, head=head)
-            frames.append(frame)
-            described.append({"dataset": folder, "share": hp.joint_share,
-                              "target": frame.target.iloc[0], "records": len(frame),
-                              "workloads": int(frame.workload_key.nunique())})
-        self.joint = described[0] if isinstance(hp.joint_dataset, str) else described
-        return pd.concat(frames, ignore_index=True)
-
-    def _joint_folder(self, folder: str) -> pd.DataFrame:
-        """The featurised share of one joint folder's usable records (keys as collected)."""
-        from datagen.records import read_records
-
-        hp = self.hparams
-        frame, dropped = usable(read_records(folder, RECORD_COLUMNS))
-        if frame.empty:
-            raise UserError(f"joint_dataset {folder} has no successfully measured "
-                            "records to train on")
-        check_one_target(frame, folder)
-        if frame.target.iloc[0] == self.target:
-            unseen = set(self.sides["val"]) | set(self.sides["test"])
-            leaked = sorted(set(frame.workload_key) & unseen)
-            if leaked:
-                raise UserError(f"joint_dataset {folder} holds {len(leaked)} "
-                                f"validation or held-out workloads of {hp.dataset} on the same "
-                                f"target (e.g. {leaked[0]}); join another target's records or "
-                                "use another split")
+        frame, self.joint_targets, described, dropped = joint_records(
+            hp.joint_dataset, hp.joint_share, hp.seed, self.target,
+            set(self.sides["val"]) | set(self.sides["test"]), hp.dataset)
         self.dropped += dropped
-        if hp.joint_share < 1:
-            frame = share_of_records(frame, hp.joint_share, hp.seed)
-        frame = self._featurise(frame)
-        if frame.empty:
-            raise UserError(f"no record of joint_dataset {folder} could be featurised")
+        parts = []
+        for folder, part in frame.groupby("dataset", sort=False):  # in the order given
+            parts.append(self._featurise(part))
+            if parts[-1].empty:
+                raise UserError(f"no record of joint_dataset {folder} could be featurised")
+        frame = pd.concat(parts, ignore_index=True)
+        for entry in described:  # what trained, after featurising
+            keys = frame.workload_key[frame["dataset"] == entry["dataset"]]
+            entry.update(records=len(keys), workloads=int(keys.nunique()))
+        frame = frame.drop(columns="dataset")
+        self.joint = described[0] if isinstance(hp.joint_dataset, str) else described
         return frame
 
     @property

@@ -240,3 +240,24 @@ def tiny_checkpoint(tiny_dataset, tmp_path_factory) -> str:
     (ckpt,) = glob.glob(str(work / "runs" / "graphsage" / "checkpoints" / "*.ckpt"))
     assert glob.glob(str(work / "runs" / "graphsage" / "**" / "config.yaml"), recursive=True)
     return ckpt
+
+
+def another_cpu_copy(dataset: str, folder, mcpu: str) -> str:
+    """A copy of `dataset` that claims to be measured on CPU `mcpu`: another CPU's dataset
+    of the same programs."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from datagen.records import shard_paths
+
+    folder.mkdir()
+    for path in shard_paths(dataset):
+        table = pq.read_table(path)
+        target = json.dumps({**json.loads(table["target"][0].as_py()), "mcpu": mcpu})
+        i = table.schema.get_field_index("target")
+        table = table.set_column(i, table.schema.field(i), pa.array([target] * len(table),
+                                                                    pa.string()))
+        pq.write_table(table, folder / os.path.basename(path))
+    return str(folder)

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import CONFIG, assert_clean_error, run_bench
+from conftest import CONFIG, another_cpu_copy, assert_clean_error, run_bench
 from costmodel.blend import blend
 from costmodel.metrics import kendall_tau, top_k_score
 from costmodel.predictor import CostModelPredictor
@@ -140,6 +140,38 @@ def _ablations():
     ablations = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ablations)
     return ablations
+
+
+def test_the_trees_fit_the_joint_datasets_records_beside_the_networks(tiny_config,
+                                                                      tiny_dataset, tmp_path):
+    """With `data.joint_dataset` in the base config, the trees fit what the network trains
+    on: the training side's records and the other CPU's share, under the joint keys; the
+    network's own training side (what `--diagnose` samples) stays the dataset's."""
+    from costmodel.data_module import JOINT_PREFIX
+    from costmodel.splits import share_of_records, usable
+    from datagen.records import read_records
+
+    other = another_cpu_copy(tiny_dataset, tmp_path / "other", "test-cpu")
+    with open(tiny_config) as f:
+        config = yaml.safe_load(f)
+    config["data"].update(joint_dataset=[other], joint_share=0.5)
+    path = tmp_path / "joint.yaml"
+    path.write_text(yaml.safe_dump(config))
+    held = _ablations().HeldOut(types.SimpleNamespace(
+        config=str(path), dataset=None, cache_dir=str(tmp_path / "cache"), accelerator="cpu"))
+    plain = _ablations().HeldOut(types.SimpleNamespace(
+        config=tiny_config, dataset=None, cache_dir=str(tmp_path / "cache"), accelerator="cpu"))
+    pd.testing.assert_frame_equal(held.train, plain.train)
+    assert plain.trees_train is plain.train
+    joint = held.trees_train.iloc[len(held.train):]
+    pd.testing.assert_frame_equal(held.trees_train.iloc[:len(held.train)], held.train)
+    assert list(held.trees_train.columns) == list(held.train.columns)
+    assert joint.workload_key.str.startswith(JOINT_PREFIX).all()
+    assert set(joint.target.map(lambda t: json.loads(t)["mcpu"])) == {"test-cpu"}
+    share = share_of_records(usable(read_records(other))[0], 0.5, config["data"]["seed"])
+    assert sorted(joint.trace_hash) == sorted(share.trace_hash) and 0 < len(joint) < len(
+        usable(read_records(other))[0])
+    assert not set(held.test.workload_key) & set(held.trees_train.workload_key)
 
 
 @pytest.mark.parametrize("extra, message", [

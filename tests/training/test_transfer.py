@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import assert_clean_error, train_tiny
+from conftest import another_cpu_copy, assert_clean_error, train_tiny
 from costmodel import checkpoint, featurize
 from costmodel.model import batch_inputs, create_model
 from costmodel.normalization import EPS, Normalization
@@ -458,25 +458,6 @@ def test_a_joint_dataset_of_the_same_target_may_not_hold_held_out_workloads(tiny
     with pytest.raises(UserError, match=r"holds \d+ validation or held-out workloads of "
                                         r".* on the same target \(e.g. "):
         data.setup()
-
-
-def another_cpu_copy(dataset: str, folder, mcpu: str) -> str:
-    """A copy of `dataset` that claims to be measured on CPU `mcpu`: another CPU's dataset
-    of the same programs."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from datagen.records import shard_paths
-
-    folder.mkdir()
-    for path in shard_paths(dataset):
-        table = pq.read_table(path)
-        target = json.dumps({**json.loads(table["target"][0].as_py()), "mcpu": mcpu})
-        i = table.schema.get_field_index("target")
-        table = table.set_column(i, table.schema.field(i), pa.array([target] * len(table),
-                                                                    pa.string()))
-        pq.write_table(table, folder / os.path.basename(path))
-    return str(folder)
 
 
 @pytest.mark.slow
