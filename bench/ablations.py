@@ -215,8 +215,8 @@ class HeldOut:
 
             joint = joint_records(data["joint_dataset"], data.get("joint_share", 1.0),
                                   data.get("seed", 0), frame.target.iloc[0],
-                                  set(self.sides["val"]) | set(self.sides["test"]),
-                                  self.dataset)[0]
+                                  pd.concat([self.val, self.test], ignore_index=True),
+                                  self.dataset, data.get("split", "network"))[0]
             self.trees_train = pd.concat([self.train, joint.drop(columns=["head", "dataset"])],
                                          ignore_index=True)
         self.cache_dir = args.cache_dir

@@ -30,8 +30,9 @@ import torch
 
 from costmodel import views as feature_views
 from costmodel.normalization import Normalization
-from costmodel.splits import (RECORD_COLUMNS, check_one_target, check_share, share_of_records,
-                              share_rows, split_workloads, usable, with_test_dataset)
+from costmodel.splits import (OUT_OF_DISTRIBUTION, RECORD_COLUMNS, buffer_shapes,
+                              check_one_target, check_share, share_of_records, share_rows,
+                              split_workloads, usable, with_test_dataset)
 from datagen.errors import UserError
 
 JOINT_PREFIX = "joint:"  # workload keys of `joint_dataset` records, apart from the dataset's own
@@ -62,7 +63,8 @@ def read_pseudo_labels(path: str) -> pd.DataFrame:
 
 
 def joint_records(joint_dataset: str | list[str], share: float, seed: int, target: str,
-                  unseen: set[str], dataset: str) -> tuple[pd.DataFrame, list[str], list[dict], int]:
+                  unseen: pd.DataFrame, dataset: str, split: str
+                  ) -> tuple[pd.DataFrame, list[str], list[dict], int]:
     """The records of `joint_dataset` (a folder or a list of them) that train beside
     `dataset`'s training side, unfeaturised: each folder's usable records, a seeded `share` of
     each workload's (`share_of_records`), under workload keys of their own (`JOINT_PREFIX`,
@@ -70,11 +72,24 @@ def joint_records(joint_dataset: str | list[str], share: float, seed: int, targe
     place among the joint targets, in the order given) and its folder (`dataset`). Also the
     joint targets, a description of each folder and how many records were unusable.
 
+    In the splits out of distribution (`OUT_OF_DISTRIBUTION`) a joint workload that `split`
+    would hold out is left out, whatever its target: the same program as a validation or
+    held-out workload (`unseen`, their records), one sharing a buffer shape with them
+    (novel-shapes), one of their families (unseen-family). Another CPU's measurements of a
+    held-out program would teach the model that very program. Each folder's description
+    counts them (`left_out`).
+
     Raises:
-        UserError: a folder is given twice, has no usable record, mixes targets, or holds
-            workloads of `unseen` (validation or held-out) measured on `target` (a leak).
+        UserError: a folder is given twice, has no usable record, mixes targets, holds
+            workloads of `unseen` measured on `target` (a leak), or holds only workloads the
+            split holds out.
     """
     from datagen.records import read_records
+
+    unseen_keys = set(map(str, unseen.workload_key))
+    families = set(unseen.family) if split == "unseen-family" else set()
+    shapes = set().union(*buffer_shapes(unseen).values()) \
+        if split == "novel-shapes" and len(unseen) else set()
 
     folders = [joint_dataset] if isinstance(joint_dataset, str) else list(joint_dataset)
     if len({os.path.realpath(f) for f in folders}) < len(folders):
@@ -88,13 +103,24 @@ def joint_records(joint_dataset: str | list[str], share: float, seed: int, targe
                             "records to train on")
         check_one_target(frame, folder)
         if frame.target.iloc[0] == target:
-            leaked = sorted(set(frame.workload_key) & unseen)
+            leaked = sorted(set(frame.workload_key) & unseen_keys)
             if leaked:
                 raise UserError(f"joint_dataset {folder} holds {len(leaked)} "
                                 f"validation or held-out workloads of {dataset} on the same "
                                 f"target (e.g. {leaked[0]}); join another target's records or "
                                 "use another split")
         dropped += lost
+        left_out = 0
+        if split in OUT_OF_DISTRIBUTION:
+            held = frame.workload_key.isin(unseen_keys) | frame.family.isin(families)
+            if shapes:
+                theirs = buffer_shapes(frame)
+                held |= frame.workload_key.map(lambda key: bool(theirs[str(key)] & shapes))
+            left_out = int(frame.workload_key[held].nunique())
+            frame = frame[~held].reset_index(drop=True)
+            if frame.empty:
+                raise UserError(f"every workload of joint_dataset {folder} is one the {split} "
+                                "split holds out; join another dataset or use another split")
         if share < 1:
             frame = share_of_records(frame, share, seed)
         if frame.target.iloc[0] not in targets:
@@ -104,7 +130,8 @@ def joint_records(joint_dataset: str | list[str], share: float, seed: int, targe
         frames.append(frame.assign(workload_key=prefix + frame.workload_key, head=head,
                                    dataset=folder))
         described.append({"dataset": folder, "share": share, "target": frame.target.iloc[0],
-                          "records": len(frame), "workloads": int(frame.workload_key.nunique())})
+                          "records": len(frame), "workloads": int(frame.workload_key.nunique()),
+                          "left_out": left_out})
     return pd.concat(frames, ignore_index=True), targets, described, dropped
 
 
@@ -198,7 +225,10 @@ class ScheduleDataModule(L.LightningDataModule):
             beside the training side (never validate or test), e.g. CPU measurements beside a
             share of GPU ones, or other CPUs' datasets beside this CPU's; their workloads stay
             apart from the dataset's own (keys prefixed `JOINT_PREFIX`) even where they are
-            the same programs, and each is featurised for its own target. They are grouped by
+            the same programs, and each is featurised for its own target; in the splits out
+            of distribution a joint workload the split would hold out (the same program as a
+            validation or held-out one, their family, a buffer shape of theirs) is left out
+            (`joint_records`). They are grouped by
             target (`joint_targets`, in the order given; folders of one target are one
             group): each target's latencies are standardised with statistics of its own
             (`joint_normalizations`; two targets' latencies share no scale; per workload if
@@ -375,7 +405,8 @@ class ScheduleDataModule(L.LightningDataModule):
         hp = self.hparams
         frame, self.joint_targets, described, dropped = joint_records(
             hp.joint_dataset, hp.joint_share, hp.seed, self.target,
-            set(self.sides["val"]) | set(self.sides["test"]), hp.dataset)
+            pd.concat([self.frames["val"], self.frames["test"]], ignore_index=True),
+            hp.dataset, hp.split)
         self.dropped += dropped
         parts = []
         for folder, part in frame.groupby("dataset", sort=False):  # in the order given

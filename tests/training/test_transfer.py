@@ -418,7 +418,8 @@ def test_a_joint_dataset_trains_beside_the_training_side_only(tiny_dataset, tmp_
     assert set(joint.target) == {data.joint["target"]} and data.target == own.target.iloc[0]
     assert json.loads(data.joint["target"])["kind"] == "cuda"
     assert data.joint == {"dataset": GPU_DATASET, "share": 0.05, "target": data.joint["target"],
-                          "records": len(joint), "workloads": joint.workload_key.nunique()}
+                          "records": len(joint), "workloads": joint.workload_key.nunique(),
+                          "left_out": 0}
     assert len(joint) >= MIN_PER_WORKLOAD * data.joint["workloads"] > 0
     # featurised for the GPU: CUDA thread bindings are graph features only a GPU program has
     block = featurize.NODE_FEATURES.index("thread_is_block")
@@ -447,6 +448,41 @@ def test_a_joint_dataset_trains_beside_the_training_side_only(tiny_dataset, tmp_
     y = np.concatenate([d.y.numpy() for d in relative._dataset("train")[0]])
     means = pd.Series(y).groupby(relative.frames["train"].workload_key.to_numpy()).mean()
     np.testing.assert_allclose(means.to_numpy(), 0.0, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("split", ["unseen-family", "novel-shapes"])
+def test_a_split_out_of_distribution_leaves_out_the_joint_workloads_it_would_hold_out(
+        tiny_dataset, tmp_path, split):
+    """Another CPU's records of the very same programs beside the dataset: in a split out of
+    distribution every joint workload the split would hold out (a validation or held-out
+    program, one of their families, one sharing a buffer shape with them) is left out of
+    training, and counted; in an in-distribution split they all train (few-shot transfer)."""
+    from costmodel.splits import buffer_shapes
+    from datagen.records import read_records
+
+    other = another_cpu_copy(tiny_dataset, tmp_path / "other", "test-cpu")
+    every = set(read_records(other).workload_key)
+    kwargs = dict(dataset=tiny_dataset, val_fraction=0.5, cache_dir=str(tmp_path / "cache"),
+                  joint_dataset=other)
+    data = ScheduleDataModule(split=split, **kwargs,
+                              **({"test_families": ["softmax"]} if split == "unseen-family"
+                                 else {"test_fraction": 0.3}))
+    data.setup()
+    unseen = pd.concat([data.frames["val"], data.frames["test"]], ignore_index=True)
+    train = data.frames["train"]
+    joint = train[train["head"] == 1]
+    kept = set(joint.workload_key.str.removeprefix(JOINT_PREFIX))
+    assert kept and not kept & set(unseen.workload_key)
+    if split == "unseen-family":
+        assert not set(joint.family) & set(unseen.family)
+    else:
+        held_shapes = set().union(*buffer_shapes(unseen).values())
+        assert not set().union(*buffer_shapes(joint).values()) & held_shapes
+    assert data.joint["left_out"] == len(every - kept) >= unseen.workload_key.nunique()
+    plain = ScheduleDataModule(split="family", test_families=["softmax"], **kwargs)
+    plain.setup()  # in distribution: the same programs on another CPU all train
+    assert plain.joint["left_out"] == 0 and plain.joint["workloads"] == len(every)
 
 
 @pytest.mark.slow
