@@ -164,12 +164,37 @@ class Ablation(Renderer):
     validation tau), seeds (how many), what (the variant's description), weight (the hybrid's
     share of ours); fit.METRIC and fitval.METRIC: --diagnose's fit of the variant's first seed
     (or of the baseline) on a sample of its training workloads, and on the validation ones.
-    What a row does not have (a baseline's validation tau, an ensemble's description) is an
-    empty cell.
+    SELECTOR@KEY: its held-out figures of one family, network or workload KEY (a variant of
+    one seed, or VARIANT.S, VARIANT.hybrid, VARIANT.ensemble, a baseline). What a row does not
+    have (a baseline's validation tau, an ensemble's description) is an empty cell.
     """
 
+    def grouped(self, base: str, part: str, key_of: str, name: str) -> Figure:
+        """SELECTOR@KEY's metric `name`: the scores of one held-out family, network or
+        workload."""
+        if base not in self.data["variants"]:
+            scores = self.data["baselines"][base]
+        elif part in ("ensemble", "hybrid"):
+            scores = self.data["variants"][base][part]
+        else:
+            runs = [r for r in self.data["runs"] if r["variant"] == base
+                    and (not part or r["seed"] == int(part))]
+            if len(runs) != 1:
+                raise TableError(f"{base!r} ran {len(runs)} seeds: name one, as in "
+                                 f"{base}.{runs[0]['seed'] if runs else 0}@{key_of}")
+            scores = runs[0]
+        found = next((scores[group][key_of] for group in ("per_family", "per_network",
+                                                          "per_workload")
+                      if key_of in scores.get(group, {})), None)
+        if found is None:
+            raise KeyError(key_of)
+        return metric_figure(found[metric_key(name)], name)
+
     def figure(self, selector: str, name: str):
+        selector, at, key_of = selector.partition("@")
         base, _, part = selector.partition(".")
+        if at:
+            return self.grouped(base, part, key_of, name)
         side, dot, fitted = name.partition(".")
         if dot and side in ("fit", "fitval"):
             found = self.data["diagnosis"]["fit"][base]["train" if side == "fit" else "val"]

@@ -45,7 +45,7 @@ def fit_companion(checkpoint_path: str, dataset: str | None = None,
     from costmodel.store_models import LightGBMStoreModel, load_xgb, per_store_features
     from datagen.tvm_env import make_target
     from costmodel import pretrained_xgb
-    from costmodel.splits import training_records
+    from costmodel.data_module import trained_records
 
     if model not in COMPANIONS:
         raise UserError(f"no companion model {model!r}; choose one of {', '.join(COMPANIONS)}")
@@ -63,7 +63,7 @@ def fit_companion(checkpoint_path: str, dataset: str | None = None,
                                                 progress)
         blend.set_weight(out, weight)
         return out
-    frame = training_records(checkpoint_path, ckpt.meta, dataset, "the LightGBM companion")
+    frame = trained_records(checkpoint_path, ckpt.meta, dataset, "the LightGBM companion")
     target = make_target(json.loads(ckpt.meta["target"]))
     features = per_store_features(frame, target, progress, cache_dir=cache_dir)
     model = LightGBMStoreModel.fit(frame, target, seed=LIGHTGBM_SEED, features=features)

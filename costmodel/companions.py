@@ -30,10 +30,14 @@ def beside(checkpoint_path: str, suffix: str) -> str:
 
 def fingerprint(meta: dict, **versions: str) -> str:
     """What a model fitted on the training records of a checkpoint with description `meta`
-    was fitted on: its training workloads, its target and the `versions` of what the model
-    reads (a feature extractor's, TVM's)."""
+    was fitted on: its training workloads, its target, the joint datasets' records that
+    trained beside them (where there are any) and the `versions` of what the model reads (a
+    feature extractor's, TVM's)."""
+    joint = meta.get("joint") or []
+    joint = [joint] if isinstance(joint, dict) else joint
     text = json.dumps({"train": sorted(meta["sides"]["train"]), "target": meta["target"],
-                       **versions}, sort_keys=True)
+                       **({"joint": [[j["dataset"], j["share"], j["records"]] for j in joint]}
+                          if joint else {}), **versions}, sort_keys=True)
     return hashlib.sha1(text.encode()).hexdigest()
 
 

@@ -32,7 +32,7 @@ from costmodel import views as feature_views
 from costmodel.normalization import Normalization
 from costmodel.splits import (OUT_OF_DISTRIBUTION, RECORD_COLUMNS, buffer_shapes,
                               check_one_target, check_share, share_of_records, share_rows,
-                              split_workloads, usable, with_test_dataset)
+                              split_workloads, training_records, usable, with_test_dataset)
 from datagen.errors import UserError
 
 JOINT_PREFIX = "joint:"  # workload keys of `joint_dataset` records, apart from the dataset's own
@@ -70,7 +70,8 @@ def joint_records(joint_dataset: str | list[str], share: float, seed: int, targe
     each workload's (`share_of_records`), under workload keys of their own (`JOINT_PREFIX`,
     then the head for heads above 1), each naming its target's head (`head`: 1 + the target's
     place among the joint targets, in the order given) and its folder (`dataset`). Also the
-    joint targets, a description of each folder and how many records were unusable.
+    joint targets, a description of each folder (with the seed and the number of records the
+    share was drawn from, `of`, so it can be drawn again) and how many records were unusable.
 
     In the splits out of distribution (`OUT_OF_DISTRIBUTION`) a joint workload that `split`
     would hold out is left out, whatever its target: the same program as a validation or
@@ -121,6 +122,7 @@ def joint_records(joint_dataset: str | list[str], share: float, seed: int, targe
             if frame.empty:
                 raise UserError(f"every workload of joint_dataset {folder} is one the {split} "
                                 "split holds out; join another dataset or use another split")
+        of = len(frame)  # what the share is drawn from
         if share < 1:
             frame = share_of_records(frame, share, seed)
         if frame.target.iloc[0] not in targets:
@@ -129,10 +131,62 @@ def joint_records(joint_dataset: str | list[str], share: float, seed: int, targe
         prefix = JOINT_PREFIX + (f"{head}:" if head > 1 else "")
         frames.append(frame.assign(workload_key=prefix + frame.workload_key, head=head,
                                    dataset=folder))
-        described.append({"dataset": folder, "share": share, "target": frame.target.iloc[0],
-                          "records": len(frame), "workloads": int(frame.workload_key.nunique()),
+        described.append({"dataset": folder, "share": share, "seed": seed, "of": of,
+                          "target": frame.target.iloc[0], "records": len(frame),
+                          "workloads": int(frame.workload_key.nunique()),
                           "left_out": left_out})
     return pd.concat(frames, ignore_index=True), targets, described, dropped
+
+
+def trained_records(checkpoint_path: str, meta: dict, dataset: str | None,
+                    purpose: str) -> pd.DataFrame:
+    """Every usable record a checkpoint trained on, unfeaturised: its training side's
+    (`training_records`) and those of its joint datasets (`joint_records_of`). A model fitted
+    beside a checkpoint (its pretrained XGBModel, its LightGBM companion) thus sees what the
+    network saw; `purpose` says who needs them.
+
+    Raises:
+        UserError: as `training_records` and `joint_records_of`.
+    """
+    frame = training_records(checkpoint_path, meta, dataset, purpose)
+    joint = joint_records_of(checkpoint_path, meta, dataset, purpose)
+    return frame if joint is None else pd.concat([frame, joint], ignore_index=True)
+
+
+def joint_records_of(checkpoint_path: str, meta: dict, dataset: str | None,
+                     purpose: str) -> pd.DataFrame | None:
+    """The records of the `joint_dataset` folders that trained beside a checkpoint (`meta`:
+    its description; `dataset`: its own records, default the folder it names), drawn again
+    as training drew them (`joint_records`: the same share, seed and left-out workloads),
+    under their joint keys, unfeaturised; None for a checkpoint trained without any.
+
+    Raises:
+        UserError: a joint folder's records changed since (records added), so the share it
+            trained on cannot be drawn again; or as `joint_records`.
+    """
+    from datagen.records import read_records
+
+    entries = meta.get("joint") or []
+    entries = [entries] if isinstance(entries, dict) else entries
+    if not entries:
+        return None
+    own, _ = usable(read_records(dataset or meta["dataset"], RECORD_COLUMNS))
+    if meta.get("test_dataset"):
+        other, _ = usable(read_records(meta["test_dataset"], RECORD_COLUMNS))
+        own = pd.concat([own, other], ignore_index=True)
+    held = set(meta["sides"]["val"]) | set(meta["sides"]["test"])
+    unseen = own[own.workload_key.isin(held)].reset_index(drop=True)
+    seed = entries[0].get("seed", (meta.get("train_share") or {}).get("seed", 0))
+    joint, _, again, _ = joint_records([e["dataset"] for e in entries], entries[0]["share"],
+                                       seed, meta["target"], unseen, meta["dataset"],
+                                       meta["split"])
+    for entry, now in zip(entries, again):
+        if entry.get("of", now["of"]) != now["of"]:
+            raise UserError(f"{purpose} trains on the records {checkpoint_path} was trained "
+                            f"on, a {entry['share']:g} share of the {entry['of']} records of "
+                            f"joint dataset {entry['dataset']}, which now has {now['of']}: "
+                            "that share cannot be drawn again; use the folder as it was then")
+    return joint.drop(columns=["head", "dataset"])
 
 
 class WorkloadBatchSampler(torch.utils.data.Sampler):

@@ -195,20 +195,29 @@ def _suites(meta: dict, dataset: str, train_dataset: str | None) -> tuple[str, s
 def baseline_training(predictors: list, train: pd.DataFrame, own_sides: bool,
                       checkpoints: list[str], dataset: str) -> list[tuple[pd.DataFrame, list]]:
     """What each baseline trains on, as (records, seeds) pairs, a seed per checkpoint: the
-    records of the training workloads, or, on a checkpoint's own split, the share of them it
-    trained on (`records_trained_on`; one pair per checkpoint where their shares differ).
+    records of the training workloads, or, on a checkpoint's own split, what it trained on:
+    the share of them it trained on (`records_trained_on`) and the records of its joint
+    datasets (`joint_records_of`); one pair per checkpoint where these differ.
 
     Raises:
-        UserError: a checkpoint's share cannot be drawn again from `dataset`.
+        UserError: a checkpoint's share cannot be drawn again from `dataset`, or its joint
+            datasets' records changed since.
     """
+    from costmodel.data_module import joint_records_of
+
     if not own_sides:
         return [(train, list(range(len(predictors))))]
-    shares = [json.dumps(p.meta.get("train_share") or {}, sort_keys=True) for p in predictors]
-    if len(set(shares)) == 1:
-        return [(records_trained_on(train, predictors[0].meta, checkpoints[0], dataset),
-                 list(range(len(predictors))))]
-    return [(records_trained_on(train, p.meta, c, dataset), [i])
-            for i, (p, c) in enumerate(zip(predictors, checkpoints))]
+
+    def trained(p, checkpoint: str) -> pd.DataFrame:
+        frame = records_trained_on(train, p.meta, checkpoint, dataset)
+        joint = joint_records_of(checkpoint, p.meta, dataset, "the baselines")
+        return frame if joint is None else pd.concat([frame, joint], ignore_index=True)
+
+    what = [json.dumps([p.meta.get("train_share") or {}, p.meta.get("joint") or []],
+                       sort_keys=True) for p in predictors]
+    if len(set(what)) == 1:
+        return [(trained(predictors[0], checkpoints[0]), list(range(len(predictors))))]
+    return [(trained(p, c), [i]) for i, (p, c) in enumerate(zip(predictors, checkpoints))]
 
 
 def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None = None,

@@ -56,16 +56,17 @@ def pretrained_xgb_file(checkpoint_path: str, meta: dict, cache_dir: str,
 
 def write_pretrained_xgb(checkpoint_path: str, meta: dict, path: str,
                          dataset: str | None = None, progress: bool = True) -> None:
-    """Fit MetaSchedule's XGBModel on the checkpoint's training records and write it to `path`.
+    """Fit MetaSchedule's XGBModel on the checkpoint's training records (its joint datasets'
+    too) and write it to `path`.
 
     Raises:
         UserError: the training records cannot be found.
     """
     from datagen.tvm_env import make_target
+    from costmodel.data_module import trained_records
     from costmodel.store_models import fit_xgb, save_xgb
-    from costmodel.splits import training_records
 
-    frame = training_records(checkpoint_path, meta, dataset, "the ms-xgb-pretrained baseline")
+    frame = trained_records(checkpoint_path, meta, dataset, "the ms-xgb-pretrained baseline")
     model = fit_xgb(frame, make_target(json.loads(meta["target"])), progress=progress)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     save_xgb(model, path, fingerprint(meta))

@@ -141,6 +141,32 @@ def test_a_report_row_of_one_workload(tmp_path):
     assert_clean_error(proc, "has no figure 'tau' of 'xgb.1@conv2d'", prog="tables")
 
 
+def test_an_ablation_row_of_one_family(tmp_path):
+    """SELECTOR@KEY of an ablation: a variant's (of one seed), its blend's or a baseline's
+    figures of one held-out family."""
+    family = {"lu": {"kendall_tau": 0.146, "top1_score": 0.785}}
+    run = {"variant": "v3", "seed": 0, "overall": {}, "per_family": family}
+    summary = {"variants": {"v3": {"hybrid": {"overall": {}, "per_family": {
+        "lu": {"kendall_tau": 0.171, "top1_score": 0.782}}}}},
+        "runs": [run, dict(run, seed=1)],
+        "baselines": {"xgb": {"overall": {}, "per_family": {
+            "lu": {"kendall_tau": 0.029, "top1_score": 0.597}}}}}
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "summary.json").write_text(json.dumps(summary))
+    marker = ('<!-- table: ablation results/summary.json head="LU | tau | top-1"\n'
+              '    cols=tau,top1 bold=1 row="v3.0@lu ours" row="v3.hybrid@lu blended"\n'
+              '    row="xgb@lu theirs" -->')
+    path = readme(tmp_path, marker)
+    proc = tables(path)
+    assert proc.returncode == 0, proc.stderr
+    assert ("| ours | 0.146 | 0.785 |\n| blended | **0.171** | 0.782 |\n"
+            "| theirs | 0.029 | 0.597 |\n") in path.read_text()
+    proc = tables(readme(tmp_path, marker.replace("v3.0@lu", "v3@lu")))
+    assert_clean_error(proc, "'v3' ran 2 seeds: name one, as in v3.0@lu", prog="tables")
+    proc = tables(readme(tmp_path, marker.replace("xgb@lu", "xgb@3mm")))
+    assert_clean_error(proc, "has no figure 'tau' of 'xgb@3mm'", prog="tables")
+
+
 def test_a_latency_table_shows_the_median_and_each_seed(tmp_path):
     summary = {"trials": 96, "seeds": [0, 1, 2],
                "latency_us": {"untuned": [5000.04], "bo": [150.0, 110.25, 160.0]}}

@@ -183,3 +183,50 @@ def test_what_is_fitted_beside_a_checkpoint_of_a_share_sees_that_share(tiny_data
     meta["train_share"] = {**share, "of": share["of"] + 1}
     with pytest.raises(UserError, match="cannot be drawn again"):
         training_records(ckpt, meta, None, "this test")
+
+
+def test_a_joint_checkpoints_companions_fit_the_joint_records_it_trained_on(tiny_dataset,
+                                                                            tmp_path):
+    """A checkpoint trained beside another CPU's records, split unseen-family (that CPU's
+    programs of the held-out family left out): the records its companions and baselines fit
+    are those the network trained on, its own training side's and the other CPU's share, drawn
+    again; records of the joint folder that changed since are one line."""
+    import glob
+
+    import pyarrow.parquet as pq
+
+    from conftest import another_cpu_copy, train_tiny
+    from costmodel.checkpoint import load
+    from costmodel.companions import fingerprint
+    from costmodel.data_module import JOINT_PREFIX, ScheduleDataModule, trained_records
+    from datagen.records import shard_paths
+
+    other = another_cpu_copy(tiny_dataset, tmp_path / "other", "test-cpu")
+    cache = str(tmp_path / "cache")
+    proc = train_tiny("--data.dataset", tiny_dataset, "--data.split", "unseen-family",
+                      "--data.joint_dataset", other, "--data.joint_share", "0.5",
+                      "--data.cache_dir", cache, "--trainer.max_epochs", "1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (ckpt,) = glob.glob(str(tmp_path / "runs" / "graphsage" / "checkpoints" / "*.ckpt"))
+    meta = load(ckpt).meta
+    joint = meta["joint"]  # one folder: its description
+    assert joint["left_out"] > 0 and joint["records"] < joint["of"]
+
+    data = ScheduleDataModule(dataset=tiny_dataset, split="unseen-family",
+                              test_families=["softmax"], val_fraction=0.5, cache_dir=cache,
+                              joint_dataset=other, joint_share=0.5)
+    data.setup()
+    trained = data.frames["train"]
+    got = trained_records(ckpt, meta, None, "this test")
+    assert sorted(zip(got.workload_key, got.trace_hash)) == \
+        sorted(zip(trained.workload_key, trained.trace_hash))
+    assert got.workload_key.str.startswith(JOINT_PREFIX).sum() == joint["records"]
+    assert fingerprint(meta) != fingerprint({**meta, "joint": []})  # a companion of its own
+
+    # the joint folder changed since: its share cannot be drawn again
+    path = shard_paths(other)[0]
+    table = pq.read_table(path)
+    pq.write_table(table.slice(0, len(table) // 2), path)
+    with pytest.raises(UserError, match=r"a 0.5 share of the \d+ records of joint dataset .* "
+                                        r"which now has \d+: that share cannot be drawn again"):
+        trained_records(ckpt, meta, None, "this test")
