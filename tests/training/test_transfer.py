@@ -417,9 +417,11 @@ def test_a_joint_dataset_trains_beside_the_training_side_only(tiny_dataset, tmp_
     assert data.sides == alone.sides  # what the checkpoint records as its split
     assert set(joint.target) == {data.joint["target"]} and data.target == own.target.iloc[0]
     assert json.loads(data.joint["target"])["kind"] == "cuda"
-    assert data.joint == {"dataset": GPU_DATASET, "share": 0.05, "target": data.joint["target"],
+    assert data.joint == {"dataset": GPU_DATASET, "share": 0.05, "seed": 0,
+                          "of": data.joint["of"], "target": data.joint["target"],
                           "records": len(joint), "workloads": joint.workload_key.nunique(),
                           "left_out": 0}
+    assert data.joint["of"] > len(joint)  # the share was drawn from all of its usable records
     assert len(joint) >= MIN_PER_WORKLOAD * data.joint["workloads"] > 0
     # featurised for the GPU: CUDA thread bindings are graph features only a GPU program has
     block = featurize.NODE_FEATURES.index("thread_is_block")
