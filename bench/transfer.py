@@ -204,10 +204,10 @@ def train(args, architecture: dict, mode: str, share: float, seed: int, work: st
 
 def joint_records(meta: dict) -> int | None:
     """How many records of other datasets trained beside a checkpoint's own (None: none)."""
-    joint = meta.get("joint")
-    if joint is None:
-        return None
-    return sum(j["records"] for j in ([joint] if isinstance(joint, dict) else joint))
+    from costmodel.splits import joint_entries
+
+    joint = joint_entries(meta)
+    return sum(j["records"] for j in joint) if joint else None
 
 
 class HeldOut:

@@ -33,8 +33,9 @@ def fingerprint(meta: dict, **versions: str) -> str:
     was fitted on: its training workloads, its target, the joint datasets' records that
     trained beside them (where there are any) and the `versions` of what the model reads (a
     feature extractor's, TVM's)."""
-    joint = meta.get("joint") or []
-    joint = [joint] if isinstance(joint, dict) else joint
+    from costmodel.splits import joint_entries
+
+    joint = joint_entries(meta)
     text = json.dumps({"train": sorted(meta["sides"]["train"]), "target": meta["target"],
                        **({"joint": [[j["dataset"], j["share"], j["records"]] for j in joint]}
                           if joint else {}), **versions}, sort_keys=True)

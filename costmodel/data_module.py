@@ -31,8 +31,9 @@ import torch
 from costmodel import views as feature_views
 from costmodel.normalization import Normalization
 from costmodel.splits import (OUT_OF_DISTRIBUTION, RECORD_COLUMNS, buffer_shapes,
-                              check_one_target, check_share, share_of_records, share_rows,
-                              split_workloads, training_records, usable, with_test_dataset)
+                              check_one_target, check_share, joint_entries, share_of_records,
+                              share_rows, split_workloads, training_records, usable,
+                              with_test_dataset)
 from datagen.errors import UserError
 
 JOINT_PREFIX = "joint:"  # workload keys of `joint_dataset` records, apart from the dataset's own
@@ -166,8 +167,7 @@ def joint_records_of(checkpoint_path: str, meta: dict, dataset: str | None,
     """
     from datagen.records import read_records
 
-    entries = meta.get("joint") or []
-    entries = [entries] if isinstance(entries, dict) else entries
+    entries = joint_entries(meta)
     if not entries:
         return None
     own, _ = usable(read_records(dataset or meta["dataset"], RECORD_COLUMNS))

@@ -258,6 +258,13 @@ def training_records(checkpoint_path: str, meta: dict, dataset: str | None,
     return records_trained_on(frame, meta, checkpoint_path, folder)
 
 
+def joint_entries(meta: dict) -> list[dict]:
+    """The description of each `joint_dataset` folder that trained beside a checkpoint
+    (`meta`: its description; one folder is stored as its description alone); [] for none."""
+    joint = meta.get("joint") or []
+    return [joint] if isinstance(joint, dict) else list(joint)
+
+
 def records_trained_on(frame: pd.DataFrame, meta: dict, checkpoint_path: str,
                        folder: str) -> pd.DataFrame:
     """`frame`, the usable records of a checkpoint's training workloads in `folder`, cut to
