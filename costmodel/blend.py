@@ -117,6 +117,11 @@ class Companion:
     def __repr__(self) -> str:
         return f"Companion({self.name}, weight={self.weight}, records={self.info.get('records')})"
 
+    def __deepcopy__(self, memo) -> "Companion":
+        """A copy with its own weight that shares the fitted model: nothing changes the trees
+        once fitted, and MetaSchedule's XGBModel (a TVM object) cannot be deep-copied."""
+        return Companion(self.model, self.weight, self.path)
+
     @property
     def name(self) -> str:
         """The store model it is (`costmodel.store_models.STORE_MODELS`)."""

@@ -1,7 +1,11 @@
 """The learned model as MetaSchedule's cost model inside a real `tune_tir`."""
 
+import shutil
+
 import numpy as np
 import pytest
+
+from conftest import run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -38,6 +42,39 @@ def test_tune_tir_with_learned_cost_model(tiny_checkpoint, tmp_path):
     again = LearnedCostModel(path)
     np.testing.assert_array_equal(again.predictor.predict_graphs(graphs),
                                   model.predictor.predict_graphs(graphs))
+
+
+def test_the_learned_cost_model_scores_a_checkpoint_blended_with_its_xgbmodel(tiny_checkpoint,
+                                                                               tmp_path):
+    """ms-ours with the kind of prior `tune` ships: the adapter's own copy of the predictor
+    shares the blend's XGBModel (a TVM object, which cannot be deep-copied) and scores as the
+    caller's predictor does; its weight is its own."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from costmodel.predictor import CostModelPredictor
+    from datagen.sampler import ScheduleSampler
+    from datagen.tvm_env import make_target
+    from datagen.workloads import Workload
+    from tuning.cost_model import REFERENCE_SECS, LearnedCostModel
+
+    checkpoint = str(tmp_path / "model.ckpt")
+    shutil.copy(tiny_checkpoint, checkpoint)
+    run_cli("blend", checkpoint, "--with", "xgb", "--weight", "0.3", prog="costmodel",
+            check=True)
+    predictor = CostModelPredictor.load(checkpoint)
+    model = LearnedCostModel(predictor)
+    assert model.predictor.companion.model is predictor.companion.model
+    model.predictor.companion.weight = 1.0
+    assert predictor.companion.weight == 0.3
+    model.predictor.companion.weight = 0.3
+
+    mod, target = Workload("dense", (32, 32, 32)).mod, make_target(None)
+    context = ms.TuneContext(mod=mod, target=target)
+    schedules = [c.sch for c in ScheduleSampler(mod, target).random(6, 0, set())]
+    candidates = [ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_prim_func(sch.mod["main"]))
+                  for sch in schedules]
+    np.testing.assert_allclose(model.predict(context, candidates),
+                               REFERENCE_SECS / predictor.predict(schedules), rtol=1e-6)
 
 
 def test_a_checkpoint_of_another_target_kind_is_refused(tiny_checkpoint):
