@@ -586,11 +586,12 @@ def check_marker(marker: Marker) -> None:
 
 
 def load(path: str, cache: dict) -> dict:
-    """A result file's JSON, read once per run."""
+    """A result file's JSON (xz-compressed where it ends in `.xz`), read once per run."""
+    from datagen.grid import read_json
+
     if path not in cache:
         try:
-            with open(path) as f:
-                cache[path] = json.load(f)
+            cache[path] = read_json(path)
         except (OSError, ValueError) as err:
             reason = err.strerror if isinstance(err, OSError) and err.strerror else err
             raise TableError(f"cannot be read ({reason})") from None

@@ -93,6 +93,18 @@ def test_paired_statistics_on_hand_made_runs():
     assert row["to_reach_median"] == 2 and row["reached"] == "4/4"
 
 
+def test_bo_mix_is_paired_with_evolution_on_the_same_mixture():
+    """The search x model ablation: bo-mix's ratio to ms-mix (the same mixed model, searched by
+    EvolutionarySearch) is reported, as bo's to ms-ours is."""
+    from tuning.report import paired_stats
+
+    curves = {"a": {"bo-mix": [[2.0, 1.0]], "ms-mix": [[2.0, 1.2]]}}
+    remeasured = {"a": {2: {"bo-mix": [[0.8] * 3], "ms-mix": [[1.0] * 3]}}}
+    (row,) = paired_stats(curves, remeasured, trials=2)
+    assert (row["ours"], row["baseline"], row["wins"]) == ("bo-mix", "ms-mix", 1)
+    assert row["geomean_ratio"] == pytest.approx(0.8)
+
+
 def test_a_tuner_with_a_smaller_budget_is_compared_only_where_it_ran():
     from tuning.report import format_summary, paired_stats, summarize
 
