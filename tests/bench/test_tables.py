@@ -47,6 +47,19 @@ def test_a_marked_table_is_written_from_its_file(tmp_path):
     assert again.returncode == 0 and "0 rewritten" in again.stdout
 
 
+def test_a_result_file_kept_xz_compressed_is_read(tmp_path):
+    import lzma
+
+    path = readme(tmp_path, MARKER.replace("report.json", "report.json.xz"))
+    plain = tmp_path / "results" / "report.json"
+    with lzma.open(str(plain) + ".xz", "wt") as f:
+        f.write(plain.read_text())
+    plain.unlink()
+    proc = tables(path)
+    assert proc.returncode == 0, proc.stderr
+    assert "\n".join(TABLE) in path.read_text()
+
+
 def test_check_names_a_table_that_differs_and_writes_nothing(tmp_path):
     path = readme(tmp_path)
     stale = path.read_text()
