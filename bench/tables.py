@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import json
 import math
 import os
 import re
