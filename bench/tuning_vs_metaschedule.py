@@ -16,7 +16,7 @@ ytopt (random-forest BO with LCB, no prior) with --ytopt. After each (workload, 
 tuner's best schedule at each budget is re-measured with the others, interleaved, 10 times, and
 tuners are compared on those: paired ratios per (workload, seed), wins/ties/losses, the
 geometric-mean ratio with a paired bootstrap 95% interval, trials to reach (see
-`tuning.compare`). Writes summary.json, results.json and curves.png. Finished runs are kept
+`tuning.compare`). Writes summary.json, results.json.xz and curves.png. Finished runs are kept
 under --out/runs (databases) and each finished (workload, seed) under --out/pairs (curves,
 finalists, re-measurements and the target it was measured on; small, kept in git), and read
 back, so an interrupted benchmark resumes, also on another machine. --report tunes nothing and
@@ -114,7 +114,7 @@ def part(name, workloads, checkpoint, args, target, measurer) -> None:
     from datagen.grid import read_json, write_json
     from datagen.suites import resolve
     from datagen.tvm_env import describe_target
-    from tuning.compare import run_curves
+    from tuning.compare import RESULTS_FILE, run_curves
     from tuning.report import format_summary, plot_curves, summarize
     from tuning.runs import model_ids, same_models
     from costmodel.pretrained_xgb import pretrained_xgb_file
@@ -140,7 +140,7 @@ def part(name, workloads, checkpoint, args, target, measurer) -> None:
         remeasure_budgets=args.trials, tuner_trials=tuner_trials, finished_only=args.report,
         jobs=args.jobs)
     budgets = sorted({16, 32, *args.trials})
-    done = read_json(os.path.join(out, "results.json"))
+    done = read_json(os.path.join(out, RESULTS_FILE))
     summary = summarize(results, remeasured, budgets, trials, tuner_trials,
                         walls=done.get("wall_s"))
     summary["measured_on"] = sorted({describe_target(t) for per_seed in

@@ -226,9 +226,10 @@ def _compare(args) -> int:
     finally:
         if measurer is not None:
             measurer.close()
+    from tuning.compare import RESULTS_FILE
     from tuning.runs import read_json
 
-    walls = read_json(os.path.join(args.out, "results.json")).get("wall_s")
+    walls = read_json(os.path.join(args.out, RESULTS_FILE)).get("wall_s")
     summary = summarize(results, remeasured, budgets, args.trials, walls=walls)
     with atomic_path(os.path.join(args.out, "summary.json")) as tmp, open(tmp, "w") as f:
         json.dump(summary, f, indent=1)

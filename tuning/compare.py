@@ -22,6 +22,10 @@ from tuning.runs import (REMEASURE_ROUNDS, check_devices, model_ids, pair_file, 
                          run_pair, same_models, write_json)
 from tuning.tuner import SearchInputs
 
+# what a comparison measured, for its report: xz-compressed (the curves and re-measurements of
+# every pair; a plain results.json of an earlier comparison is read where there is none)
+RESULTS_FILE = "results.json.xz"
+
 
 def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out: str, target,
                measurer, inputs: SearchInputs, trials_per_iter: int, progress: bool = True,
@@ -29,7 +33,7 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
                rounds: int = REMEASURE_ROUNDS,
                tuner_trials: dict[str, int] | None = None,
                finished_only: bool = False, jobs: int = 1) -> tuple[dict, dict]:
-    """Tune, then re-measure the finalists; also writes results.json, which has besides
+    """Tune, then re-measure the finalists; also writes `RESULTS_FILE`, which has besides
     what is returned each run's wall time ("wall_s": {workload key: {tuner: [seconds, one
     per seed, None where a pair made before this was recorded lacks it]}}).
 
@@ -44,7 +48,7 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
     `finished_only`, nothing is tuned: only the pairs already there are read (a workload
     without any is left out), for a report of a comparison still under way; they are read
     whatever models they were made with, as long as all were made with the same ones
-    (results.json names them under "models").
+    (`RESULTS_FILE` names them under "models").
 
     Raises:
         UserError: with `finished_only`, pairs made with different models, or none.
@@ -97,7 +101,7 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
         measured_on[w.key].append(pair["target"])
         devices[w.key].append(device_name(pair.get("device")))
         pair_seeds[w.key].append(seed)
-    if not any(pair_seeds.values()):  # a report of nothing: results.json is left as it was
+    if not any(pair_seeds.values()):  # a report of nothing: `RESULTS_FILE` is left as it was
         raise UserError(f"no finished (workload, seed) pair of these tuners, budgets and rounds "
                         f"in {out}/pairs yet")
     for key in [k for k, seeds_done in pair_seeds.items() if not seeds_done]:
@@ -115,7 +119,7 @@ def run_curves(workloads, tuners: list[str], trials: int, seeds: list[int], out:
             raise UserError(f"{first[0]} and {other} were made with different models: report "
                             "pairs of one model at a time (move the others to another --out)")
         models = first[1]
-    write_json(os.path.join(out, "results.json"),
+    write_json(os.path.join(out, RESULTS_FILE),
                 {"trials": trials, "tuner_trials": runs_to, "seeds": seeds,
                  "pair_seeds": pair_seeds, "measured_on": measured_on, "devices": devices,
                  "models": models,

@@ -48,7 +48,7 @@ def _geomean(values) -> float:
 def summarize(results: dict, remeasured: dict, budgets: list[int], trials: int,
               tuner_trials: dict[str, int] | None = None, walls: dict | None = None) -> dict:
     """In-run best latency per budget, re-measured finalists, trials to reach the reference's
-    best, wall time per trial (from `walls`, results.json's "wall_s"), per workload and over
+    best, wall time per trial (from `walls`, `tuning.compare.RESULTS_FILE`'s "wall_s"), per workload and over
     workloads, and the paired statistics of `paired_stats`.
 
     Per workload and tuner: the median over seeds. Over workloads: the geometric mean of the

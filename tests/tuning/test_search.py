@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from datagen.errors import UserError
+from datagen.grid import read_json
+from tuning.compare import RESULTS_FILE
 from tuning.search import PRIOR_SIGMA, SURROGATES, PriorGP, acquisition_scores
 from tuning.tuner import TUNERS, SearchInputs, make_search
 
@@ -213,7 +215,7 @@ def test_a_report_reads_finished_pairs_and_tunes_nothing(tmp_path):
     assert list(results) == [done.key] and results[done.key]["bo"] == [pair["curves"]["bo"]]
     assert remeasured[done.key] == {4: {"bo": [[1.0, 1.1]], "random": [[4.0, 4.1]]},
                                     8: {"random": [[4.0, 4.0]]}}
-    saved = json.loads((tmp_path / "results.json").read_text())
+    saved = read_json(str(tmp_path / RESULTS_FILE))
     assert saved["pair_seeds"] == {done.key: [1]}
     assert not (tmp_path / "runs").exists()
 
@@ -273,7 +275,7 @@ def test_a_run_or_pair_measured_on_another_device_stops_the_comparison(tmp_path)
     write_json(pair_file(out, first.key, 0), {k: v for k, v in pair.items() if k != "device"})
     results, _ = report()
     assert list(results) == [first.key, second.key]
-    assert json.loads((tmp_path / "results.json").read_text())["devices"] == {
+    assert read_json(str(tmp_path / RESULTS_FILE))["devices"] == {
         first.key: [None], second.key: [gpu["model"]]}
     write_json(pair_file(out, first.key, 0), {**pair, "device": {"kind": "cuda",
                                                                  "model": "NVIDIA H200"}})
@@ -283,10 +285,8 @@ def test_a_run_or_pair_measured_on_another_device_stops_the_comparison(tmp_path)
 
 
 def test_a_report_reads_pairs_of_other_models_but_never_mixes_two(tmp_path):
-    """A report shows what was measured, whatever model measured it (results.json names it),
+    """A report shows what was measured, whatever model measured it (its results file names it),
     but pairs of two different models are one error, not one table."""
-    import json
-
     from datagen.errors import UserError
     from datagen.suites import resolve
     from tuning.compare import run_curves
@@ -306,7 +306,7 @@ def test_a_report_reads_pairs_of_other_models_but_never_mixes_two(tmp_path):
 
     results, _ = report()  # SearchInputs() has no models: the pairs' are other ones
     assert list(results) == [first.key, second.key]
-    assert json.loads((tmp_path / "results.json").read_text())["models"] == old
+    assert read_json(str(tmp_path / RESULTS_FILE))["models"] == old
     write_json(pair_file(str(tmp_path), second.key, 0),
                {**pair, "models": {"checkpoints": [{"file": "gpu.ckpt", "sha256": "new"}]}})
     with pytest.raises(UserError, match="were made with different models"):
