@@ -49,6 +49,8 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import json
+import lzma
 import math
 import os
 import re
@@ -585,12 +587,19 @@ def check_marker(marker: Marker) -> None:
 
 
 def load(path: str, cache: dict) -> dict:
-    """A result file's JSON (xz-compressed where it ends in `.xz`), read once per run."""
-    from datagen.grid import read_json
-
+    """A result file's JSON (xz-compressed where it ends in `.xz`, or else the plain file of
+    that name without the ending, one written before it was compressed), read once per run."""
     if path not in cache:
+        if path.endswith(".xz") and not os.path.exists(path) and os.path.exists(path[:-3]):
+            path_read = path[:-3]
+        else:
+            path_read = path
+        opener = lzma.open if path_read.endswith(".xz") else open
         try:
-            cache[path] = read_json(path)
+            with opener(path_read, "rt") as f:
+                cache[path] = json.load(f)
+        except (lzma.LZMAError, EOFError) as err:
+            raise TableError(f"cannot be read ({err})") from None
         except (OSError, ValueError) as err:
             reason = err.strerror if isinstance(err, OSError) and err.strerror else err
             raise TableError(f"cannot be read ({reason})") from None

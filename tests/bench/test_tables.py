@@ -47,7 +47,10 @@ def test_a_marked_table_is_written_from_its_file(tmp_path):
     assert again.returncode == 0 and "0 rewritten" in again.stdout
 
 
-def test_a_result_file_kept_xz_compressed_is_read(tmp_path):
+def test_a_result_file_kept_xz_compressed_is_read_with_the_standard_library_alone(tmp_path):
+    """CI checks the tables before it installs anything: the script runs here with no
+    site-packages and no project package on its path (-I -S), on an xz-compressed file and
+    then on a damaged one (one line, exit 2)."""
     import lzma
 
     path = readme(tmp_path, MARKER.replace("report.json", "report.json.xz"))
@@ -55,9 +58,18 @@ def test_a_result_file_kept_xz_compressed_is_read(tmp_path):
     with lzma.open(str(plain) + ".xz", "wt") as f:
         f.write(plain.read_text())
     plain.unlink()
-    proc = tables(path)
+
+    def isolated(*args):
+        return subprocess.run([sys.executable, "-I", "-S", os.path.join(BENCH_DIR, "tables.py"),
+                               "--readme", str(path), *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=CLI_TIMEOUT_SEC)
+
+    proc = isolated()
     assert proc.returncode == 0, proc.stderr
     assert "\n".join(TABLE) in path.read_text()
+    (tmp_path / "results" / "report.json.xz").write_bytes(b"\xfd7zXZ\x00 not xz")
+    proc = isolated("--check")
+    assert_clean_error(proc, "cannot be read", prog="tables")
 
 
 def test_check_names_a_table_that_differs_and_writes_nothing(tmp_path):
