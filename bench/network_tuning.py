@@ -183,8 +183,10 @@ def paired(pairs: list[dict], ours: str, base: str, per_task: int, seed: int = 0
 
 def summarize(pairs: list[dict], tuners) -> dict:
     """Per network: each tuner's median latency (us) over seeds per budget, the smallest
-    budget at which it is as fast as the reference at the largest (None: at none), and its
-    search wall time per trial; over networks, bo's paired ratios to each baseline."""
+    budget at which it is as fast as the reference at the largest (None: at none), its
+    search wall time per trial, and for each baseline bo's paired ratio to it on that network
+    (`bo_ratio@B`, the geometric mean over seeds); over networks, bo's paired ratios to each
+    baseline."""
     out: dict = {"networks": {}, "paired": []}
     budgets = sorted({p["per_task"] for p in pairs})
     for name in sorted({p["network"] for p in pairs}):
@@ -201,6 +203,10 @@ def summarize(pairs: list[dict], tuners) -> dict:
                      if tuner in p["runs"]]
             row["wall_s_per_trial"] = float(np.median(walls)) if walls else math.nan
             rows[tuner] = row
+        for base in [t for t in tuners if t != "bo"]:
+            for b in budgets:  # bo's paired ratio to it on this network alone
+                if stats := paired(mine, "bo", base, b):
+                    rows[base][f"bo_ratio@{b}"] = stats["geomean_ratio"]
         level = rows.get(REFERENCE, {}).get(f"latency_us@{budgets[-1]}")
         for row in rows.values():
             row["reaches_reference_at"] = next(

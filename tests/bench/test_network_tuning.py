@@ -46,6 +46,8 @@ def test_the_summary_of_whole_networks():
     assert bo["reaches_reference_at"] == 16 and ref["reaches_reference_at"] == 64
     # the median over its runs of wall time over trials: 20/80, 10/320, 10/80 and 10/320
     assert bo["wall_s_per_trial"] == pytest.approx((10 / 320 + 10 / 80) / 2) and bo["tasks"] == 5
+    # bo's ratio to ms-default on this network, over its two seeds
+    assert ref["bo_ratio@16"] == pytest.approx(math.sqrt(0.75 * 1.08)) and "bo_ratio@16" not in bo
     at16, at64 = summary["paired"]
     assert (at16["per_task"], at64["per_task"]) == (16, 64)
     assert at16["ratios"] == pytest.approx([0.75, 1.08]) and at16["wins"] == at16["losses"] == 1
