@@ -588,7 +588,9 @@ def check_marker(marker: Marker) -> None:
 
 def load(path: str, cache: dict) -> dict:
     """A result file's JSON (xz-compressed where it ends in `.xz`, or else the plain file of
-    that name without the ending, one written before it was compressed), read once per run."""
+    that name without the ending, one written before it was compressed), read once per run.
+    As `datagen.grid.read_json` reads it, but with the standard library alone: CI checks the
+    tables before the project is installed."""
     if path not in cache:
         if path.endswith(".xz") and not os.path.exists(path) and os.path.exists(path[:-3]):
             path_read = path[:-3]
