@@ -600,9 +600,7 @@ def load(path: str, cache: dict) -> dict:
         try:
             with opener(path_read, "rt") as f:
                 cache[path] = json.load(f)
-        except (lzma.LZMAError, EOFError) as err:
-            raise TableError(f"cannot be read ({err})") from None
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError, lzma.LZMAError, EOFError) as err:
             reason = err.strerror if isinstance(err, OSError) and err.strerror else err
             raise TableError(f"cannot be read ({reason})") from None
     return cache[path]

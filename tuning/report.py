@@ -48,8 +48,8 @@ def _geomean(values) -> float:
 def summarize(results: dict, remeasured: dict, budgets: list[int], trials: int,
               tuner_trials: dict[str, int] | None = None, walls: dict | None = None) -> dict:
     """In-run best latency per budget, re-measured finalists, trials to reach the reference's
-    best, wall time per trial (from `walls`, `tuning.compare.RESULTS_FILE`'s "wall_s"), per workload and over
-    workloads, and the paired statistics of `paired_stats`.
+    best, wall time per trial (from `walls`, `tuning.compare.RESULTS_FILE`'s "wall_s"), per
+    workload and over workloads, and the paired statistics of `paired_stats`.
 
     Per workload and tuner: the median over seeds. Over workloads: the geometric mean of the
     latencies and the median of the trials to reach and of the wall time per trial.
