@@ -39,7 +39,7 @@ def check_same_architecture(path: str, theirs: dict, ours: dict) -> None:
               for k in (*view.sizes, *view.options)}
     differ = [k for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k)
               and not (k in widens and not theirs.get(k))
-              and not (k == "num_heads" and theirs.get(k, 1) == 1)]
+              and k != "num_heads"]  # `match_heads` maps a source's heads onto ours
     if differ:
         cells = "; ".join(f"{k} {theirs.get(k)} there, {ours.get(k)} here"
                           + (f" ({ARCHITECTURE_OPTIONS[k]})" if k in ARCHITECTURE_OPTIONS else "")
@@ -70,16 +70,22 @@ def widen_with_node_features(state: dict, theirs: dict, ours: dict) -> dict:
     return {**state, "feature_proj.weight": torch.cat(columns, dim=1)} if widened else state
 
 
-def widen_with_heads(state: dict, theirs: dict, ours: dict) -> dict:
-    """A one-head source network's parameters for a model with more heads (`joint_head`):
-    each extra head starts as a copy of the source's head, so the other target's records
-    start where the source left them (fine-tuning beside the source's own records)."""
-    if ours.get("num_heads", 1) <= theirs.get("num_heads", 1):
-        return state
-    copies = {f"extra_heads.{i}.{name[len('head.'):]}": value.clone()
-              for i in range(ours["num_heads"] - 1)
-              for name, value in state.items() if name.startswith("head.")}
-    return {**state, **copies}
+def match_heads(state: dict, theirs: dict, ours: dict) -> dict:
+    """A source network's parameters for a model with another number of heads (`joint_head`).
+
+    Heads both have keep the source's weights; each head the model has beyond the source's
+    starts as a copy of the source's own head, so the other target's records start where the
+    source left them (fine-tuning beside the source's own records); the heads of other targets
+    that the source has beyond the model's are dropped, so a model of several CPUs starts a
+    model of one from its own target's head (fine-tuning cost model v3 on a new CPU)."""
+    have, want = theirs.get("num_heads", 1), ours.get("num_heads", 1)
+    if want > have:
+        copies = {f"extra_heads.{i}.{name[len('head.'):]}": value.clone()
+                  for i in range(have - 1, want - 1)
+                  for name, value in state.items() if name.startswith("head.")}
+        return {**state, **copies}
+    return {name: value for name, value in state.items()
+            if not name.startswith("extra_heads.") or int(name.split(".")[1]) < want - 1}
 
 
 class CostModelModule(L.LightningModule):
@@ -124,9 +130,9 @@ class CostModelModule(L.LightningModule):
             (`costmodel.checkpoint.load`: no code runs), may be of another target kind, and
             its architecture must be this one, except that a source without a view of node
             features (warp features) may start a model with them
-            (`widen_with_node_features`), and a one-head source a
-            model with a joint head (`widen_with_heads`: the joint head starts as a copy of
-            the source's). The data keep its input
+            (`widen_with_node_features`), and a source of more or fewer heads a model of
+            its own number (`match_heads`: a head the source lacks starts as a copy of its
+            own head; one the model lacks is dropped). The data keep its input
             standardisation for every feature it saw vary, while the target statistics are
             fitted on the new training records (`Normalization.with_inputs_of` says why); the
             new checkpoint records where it started (`init_from`, `checkpoint.provenance`).
@@ -177,7 +183,7 @@ class CostModelModule(L.LightningModule):
             check_same_architecture(init_from, source.model.architecture,
                                     self.model.architecture)
             theirs, ours = source.model.architecture, self.model.architecture
-            self.model.load_state_dict(widen_with_heads(widen_with_node_features(
+            self.model.load_state_dict(match_heads(widen_with_node_features(
                 source.model.state_dict(), theirs, ours), theirs, ours))
             self.source_normalization = source.normalization
             self.source = checkpoint.provenance(source)

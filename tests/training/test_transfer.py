@@ -190,10 +190,11 @@ def test_a_source_without_warp_features_starts_a_model_with_them(tmp_path):
                                                                              "wide.ckpt"))
 
 
-def test_a_one_head_source_starts_a_model_with_a_joint_head(tmp_path):
+def test_a_source_starts_a_model_of_more_or_fewer_heads(tmp_path):
     """Fine-tuning beside the source's own records (`finetuned_joint_heads`): every weight is
     the source's and the joint head starts as a copy of its head, so both heads predict what
-    the source did. A source with more heads than the model is refused."""
+    the source did. A source of more heads (cost model v3, a head per CPU) starts a model of
+    fewer from its own heads, the surplus dropped."""
     path = write_source(tmp_path / "cpu.ckpt")
     module = CostModelModule(hidden=16, num_layers=2, dropout=0.0, init_from=path,
                              joint_head=True)
@@ -208,13 +209,20 @@ def test_a_one_head_source_starts_a_model_with_a_joint_head(tmp_path):
                for k in heads)
     assert module.model.extra_heads[0][0].weight.data_ptr() != \
         module.model.head[0].weight.data_ptr()  # copies: the two heads train apart
-    two = create_model({**architecture(), "num_heads": 2})
-    meta = checkpoint.describe(two, checkpoint.load(path).normalization, GPU_TARGET, "data/x",
-                               "shapes", {"train": ["dense/a"], "val": [], "test": ["dense/b"]})
-    checkpoint.save(str(tmp_path / "two.ckpt"), two, meta, {})
-    with pytest.raises(UserError, match=r"num_heads 2 there, None here \(--model.joint_head\)"):
-        CostModelModule(hidden=16, num_layers=2, dropout=0.0, init_from=str(tmp_path /
-                                                                             "two.ckpt"))
+    three = create_model({**architecture(), "num_heads": 3})
+    meta = checkpoint.describe(three, checkpoint.load(path).normalization, GPU_TARGET,
+                               "data/x", "shapes",
+                               {"train": ["dense/a"], "val": [], "test": ["dense/b"]})
+    checkpoint.save(str(tmp_path / "three.ckpt"), three, meta, {})
+    source = three.state_dict()
+    for joint, kept in ((False, 0), (True, 1)):
+        module = CostModelModule(hidden=16, num_layers=2, dropout=0.0, joint_head=joint,
+                                 init_from=str(tmp_path / "three.ckpt"))
+        state = module.model.state_dict()
+        assert len(module.model.extra_heads) == kept
+        assert set(state) == {k for k in source if not k.startswith("extra_heads.")
+                              or int(k.split(".")[1]) < kept}
+        assert all(torch.equal(w, source[k]) for k, w in state.items())
 
 
 class RunsCode:
