@@ -6,11 +6,12 @@ train on the same records of --dataset with `train fit` (configs/graphsage.yaml,
 architecture of --init-from), one per mode (--modes): "scratch", from random weights;
 "finetuned", from the weights of --init-from (`--model.init_from`: the source's input
 standardisation, target statistics of the share; with --freeze, some of its parts kept as
-trained; a source with a head per CPU, cost model v3, starts from its own target's head); "joint", from random weights on the share
-plus --joint-share of each --joint-dataset's records (by default the dataset --init-from was
-trained on; several folders, say every other CPU's dataset, train together), one model
-learning every target at once (MTL-TLP's recipe, `--data.joint_dataset`: each target's
-latencies standardised with its own statistics); "joint_heads", the same with a head of its
+trained; a source with a head per CPU, cost model v3, starts it from its own target's head);
+"joint", from random weights on the share plus --joint-share of each --joint-dataset's
+records (by default the dataset --init-from was trained on; several folders, say every
+other CPU's dataset, train together), one model learning every target at once (MTL-TLP's
+recipe, `--data.joint_dataset`: each target's latencies standardised with its own
+statistics); "joint_heads", the same with a head of its
 own per other target on the shared layers (`--model.joint_head`, MTL-TLP's multi-task heads);
 "finetuned_joint_heads", the same from the weights of --init-from, the other targets' heads
 starting as copies of its head

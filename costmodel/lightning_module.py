@@ -19,7 +19,7 @@ LR_SCHEDULES = ("constant", "cosine")
 ARCHITECTURE_OPTIONS = {"name": "--model.architecture", "hidden": "--model.hidden",
                         "num_layers": "--model.num_layers", "dropout": "--model.dropout",
                         "num_program_features": "--model.use_program_features",
-                        "readout": "--model.readout", "num_heads": "--model.joint_head",
+                        "readout": "--model.readout",
                         # an optional view's sizes: --model.views; its options: view_options
                         **{k: "--model.views" for view in feature_views.optional()
                            for k in view.sizes},
