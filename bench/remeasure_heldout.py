@@ -23,7 +23,7 @@ so that a slow spell of the machine hits them alike. Per task it scores, with th
   the way `ms-ours` does (the network fine-tuned on them).
 
 Measuring shares nothing with other timed work: run it on a quiet machine (it says how long it
-took). Each finished task is one line of --out/tasks.jsonl, which a later run reads back (an
+took). Each finished task is one line of --out/tasks.jsonl.xz, which a later run reads back (an
 interrupted run resumes; more --tasks measure only the new ones); measurements made with other
 settings (dataset, host CPU, protocol) are refused: use another --out. Writes
 --out/summary.json (overall and per-task scores) and --out/remeasure.png (each ranking's
@@ -48,7 +48,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 CONFIG = os.path.join(ROOT, "configs", "graphsage-networks.yaml")
 CHECKPOINT = "graphsage-v2-networks.ckpt"  # an evaluation checkpoint (bench/evaluation_models.py)
 ROUNDS = 2
-TASKS = "tasks.jsonl"  # a line per measured task: the cells of the benchmark's `Grid`
+TASKS = "tasks.jsonl.xz"  # a line per measured task: the cells of the benchmark's `Grid`
 ADAPT_DRAWS = 2  # seeded draws of the measured schedules per task, for --adapt
 
 

@@ -12,7 +12,8 @@ way when it is read back with others.
 
 A cell's file ending in `.xz` is xz-compressed JSON (small enough to keep in git); one written
 plain before (the name without `.xz`) is read where no compressed one is. Cells can also be the
-lines of one JSON-lines file (`Grid.lines`, `Grid.add_line`), rewritten whole as each is added.
+lines of one JSON-lines file (`Grid.lines`, `Grid.add_line`), rewritten whole as each is added,
+xz-compressed the same way where its name ends in `.xz`.
 """
 
 from __future__ import annotations
@@ -138,11 +139,17 @@ class Grid:
         Raises:
             UserError: another line is damaged.
         """
+        path = self.path(name)
+        if path.endswith(".xz") and not os.path.exists(path) and os.path.exists(path[:-3]):
+            path = path[:-3]  # written plain before
+        opener = lzma.open if path.endswith(".xz") else open
         try:
-            with open(self.path(name), encoding="utf-8") as f:
+            with opener(path, "rt", encoding="utf-8") as f:
                 text = f.read()
         except FileNotFoundError:
             return []
+        except (lzma.LZMAError, EOFError) as err:
+            raise UserError(f"{path} is damaged ({err}); delete it to redo its runs") from None
         rows, lines = [], text.splitlines()
         for number, line in enumerate(lines, 1):
             if not line.strip():
@@ -161,5 +168,6 @@ class Grid:
         whole file written again atomically."""
         text = "".join(json.dumps(row) + "\n" for row in [*self.lines(name), cell])
         os.makedirs(self.folder, exist_ok=True)
-        with atomic_path(self.path(name)) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        opener = lzma.open if name.endswith(".xz") else open
+        with atomic_path(self.path(name)) as tmp, opener(tmp, "wt", encoding="utf-8") as f:
             f.write(text)

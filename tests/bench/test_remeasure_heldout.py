@@ -2,6 +2,7 @@
 resumed without measuring again; measurements made with other settings are refused."""
 
 import json
+import lzma
 import os
 import subprocess
 
@@ -32,7 +33,7 @@ def test_a_held_out_task_is_measured_here_scored_and_resumed(tmp_path):
     proc = run(*args, isolated=True)
     assert proc.returncode == 0, proc.stderr
     assert "0 measured already" in proc.stdout and "1/1 torch/matmul_" in proc.stdout
-    (line,) = [json.loads(text) for text in open(os.path.join(out, "tasks.jsonl"))]
+    (line,) = [json.loads(text) for text in lzma.open(os.path.join(out, "tasks.jsonl.xz"), "rt")]
     assert len(line["here"]) == len(line["trace_hash"]) == 32
     rounds = np.array([r for r in line["here"] if r is not None])
     assert len(rounds) >= 30 and (rounds > 0).all() and rounds.shape[1] == 2

@@ -2,6 +2,7 @@
 settings."""
 
 import json
+import lzma
 import os
 
 import pytest
@@ -73,6 +74,19 @@ def test_cells_as_lines_are_added_whole_and_a_line_cut_short_is_left_out(tmp_pat
     path.write_text('{"key": "a"}\n{"ke\n{"key": "b"}\n')  # damaged within: not a cut line
     with pytest.raises(UserError, match="tasks.jsonl: line 2 is damaged"):
         grid.lines("tasks.jsonl")
+
+
+def test_lines_named_xz_are_compressed_and_read_a_plain_file_written_before(tmp_path):
+    grid = Grid(str(tmp_path))
+    (tmp_path / "old.jsonl").write_text('{"key": "a"}\n')  # a run before compression
+    assert grid.lines("old.jsonl.xz") == [{"key": "a"}]
+    grid.add_line("old.jsonl.xz", {"key": "b"})
+    with lzma.open(tmp_path / "old.jsonl.xz", "rt") as f:
+        assert f.read() == '{"key": "a"}\n{"key": "b"}\n'
+    assert grid.lines("old.jsonl.xz") == [{"key": "a"}, {"key": "b"}]
+    (tmp_path / "old.jsonl.xz").write_bytes(b"not xz")
+    with pytest.raises(UserError, match="old.jsonl.xz is damaged"):
+        grid.lines("old.jsonl.xz")
 
 
 def test_a_path_inside_the_repository_is_recorded_relative_to_it(tmp_path):
