@@ -137,7 +137,7 @@ class Grid:
         were added whole) is left out.
 
         Raises:
-            UserError: another line is damaged.
+            UserError: another line is damaged, or the compressed file is.
         """
         path = self.path(name)
         if path.endswith(".xz") and not os.path.exists(path) and os.path.exists(path[:-3]):
