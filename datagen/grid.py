@@ -27,6 +27,17 @@ from datagen.errors import UserError, atomic_path
 SETTINGS_FILE = "settings.json"
 
 
+def _open_text(path: str, mode: str = "rt", name: str | None = None):
+    """`path` opened as text, through xz where `name` (by default `path`: the file it will
+    become, for a temporary one) ends in `.xz`; to read, a compressed name that does not exist
+    opens the plain file written before it was compressed (the name without the ending)."""
+    name = name or path
+    if "r" in mode and name.endswith(".xz") and not os.path.exists(path) \
+            and os.path.exists(path[:-3]):
+        path = name = path[:-3]
+    return (lzma.open if name.endswith(".xz") else open)(path, mode, encoding="utf-8")
+
+
 def read_json(path: str):
     """The JSON of `path`, xz-compressed if it ends in `.xz`, or else of the plain file that
     `path` names without that ending (one written before it was compressed).
@@ -34,10 +45,7 @@ def read_json(path: str):
     Raises:
         OSError: neither exists or can be read; ValueError: it is no JSON.
     """
-    if path.endswith(".xz") and not os.path.exists(path) and os.path.exists(path[:-3]):
-        path = path[:-3]
-    opener = lzma.open if path.endswith(".xz") else open
-    with opener(path, "rt") as f:
+    with _open_text(path) as f:
         try:
             return json.load(f)
         except (lzma.LZMAError, EOFError) as err:
@@ -53,8 +61,7 @@ def write_json(path: str, data, indent: int | None = None) -> None:
     """
     if os.path.dirname(path):
         os.makedirs(os.path.dirname(path), exist_ok=True)
-    opener = lzma.open if path.endswith(".xz") else open
-    with atomic_path(path) as tmp, opener(tmp, "wt") as f:
+    with atomic_path(path) as tmp, _open_text(tmp, "wt", name=path) as f:
         json.dump(data, f, indent=indent)
 
 
@@ -139,17 +146,14 @@ class Grid:
         Raises:
             UserError: another line is damaged, or the compressed file is.
         """
-        path = self.path(name)
-        if path.endswith(".xz") and not os.path.exists(path) and os.path.exists(path[:-3]):
-            path = path[:-3]  # written plain before
-        opener = lzma.open if path.endswith(".xz") else open
         try:
-            with opener(path, "rt", encoding="utf-8") as f:
+            with _open_text(self.path(name)) as f:
                 text = f.read()
         except FileNotFoundError:
             return []
         except (lzma.LZMAError, EOFError) as err:
-            raise UserError(f"{path} is damaged ({err}); delete it to redo its runs") from None
+            raise UserError(f"{self.path(name)} is damaged ({err}); delete it to redo its "
+                            "runs") from None
         rows, lines = [], text.splitlines()
         for number, line in enumerate(lines, 1):
             if not line.strip():
@@ -168,6 +172,5 @@ class Grid:
         whole file written again atomically."""
         text = "".join(json.dumps(row) + "\n" for row in [*self.lines(name), cell])
         os.makedirs(self.folder, exist_ok=True)
-        opener = lzma.open if name.endswith(".xz") else open
-        with atomic_path(self.path(name)) as tmp, opener(tmp, "wt", encoding="utf-8") as f:
+        with atomic_path(self.path(name)) as tmp, _open_text(tmp, "wt", name=name) as f:
             f.write(text)
