@@ -30,7 +30,7 @@ from datagen.defaults import (DEFAULT_BATCH_SIZE, DEFAULT_EVOLVE_FRACTION, DEFAU
 from datagen.devices import host_cpu_model
 from datagen.errors import UserError
 from datagen.measure import (DEFAULT_RUN_TIMEOUT_SEC, OK, Measurer, MeasureResult, Tracker,
-                             device_name, latency_stats)
+                             device_name, label_stats)
 from datagen.sampler import Candidate, ScheduleSampler, derive_seed
 from datagen.tvm_env import describe_target, target_json, versions
 from datagen.workloads import Workload
@@ -179,15 +179,11 @@ def refuse_other_gpu(dataset: str, recorded, device: dict, instead: str) -> None
 
 def measurement_columns(res: MeasureResult) -> dict:
     """A record's measurement columns from one candidate's result (and its re-measurement)."""
-    lat = res.latencies if res.status == OK else []
     retry = res.retry.latencies if res.retry is not None and res.retry.status == OK else []
-    # the label is the measurement that spread less
-    label = min([m for m in (lat, retry) if m] or [lat],
-                key=lambda m: latency_stats(m)["latency_cv"])
     run_secs = res.run_secs + (res.retry.run_secs if res.retry is not None else 0.0)
     return {"status": res.status, "error": res.error, "latencies": res.latencies,
-            "retry_latencies": retry, **latency_stats(label), "build_secs": res.build_secs,
-            "run_secs": run_secs}
+            "retry_latencies": retry, **label_stats(res.status, res.latencies, retry),
+            "build_secs": res.build_secs, "run_secs": run_secs}
 
 
 def candidate_row(w: Workload, definition: str, cand: Candidate, res: MeasureResult,

@@ -60,6 +60,17 @@ def latency_stats(latencies) -> dict[str, float]:
             "latency_cv": std / statistics.fmean(latencies)}
 
 
+def label_stats(status: str, latencies, retry=()) -> dict[str, float]:
+    """A record's latency columns from its status and repeats: `latency_stats` of its label,
+    the one of its measurement (when its status is ok) and its re-measurement (when it has
+    one) whose repeats spread less."""
+    first = list(latencies) if status == OK and latencies is not None else []
+    measured = [m for m in (first, list(retry if retry is not None else ())) if m]
+    if len(measured) == 2:  # the first on a tie
+        return min((latency_stats(m) for m in measured), key=lambda s: s["latency_cv"])
+    return latency_stats(measured[0] if measured else first)
+
+
 @dataclasses.dataclass
 class MeasureResult:
     """Outcome of one candidate: latencies in seconds (one per repeat) or an error."""

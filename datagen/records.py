@@ -5,15 +5,18 @@ hidden temporary file, flushed to disk and renamed into place, so a reader sees 
 or none of it, and a collection killed at any moment (SIGKILL included) loses nothing that was
 committed. Only `*.parquet` files are data; leftovers of a killed writer (`.tmp-*`) are ignored
 and cleaned up by the next writer. Shards are zstd-compressed, one per collection round. `datagen compact` rewrites a folder's
-shards as one, sorted by workload, its float columns byte-stream-split (about a tenth of the space); the compacted shard names the shards it replaced, so a compaction
+shards as one, sorted by workload, its float columns byte-stream-split and the label columns,
+which its repeats determine, left out (about a tenth of the space); the compacted shard names the shards it replaced, so a compaction
 stopped midway never shows a record twice. `SCHEMA_VERSION` is stored in every shard's metadata and
 checked on read. Version 2 added `retry_latencies` and `device`; version-1 shards are read as well, with
 those columns empty, so older datasets stay readable and comparable.
 
-Read a dataset with `read_records(folder)` (a pandas DataFrame) or `pandas.read_parquet(folder)`.
+Read a dataset with `read_records(folder)` (a pandas DataFrame).
 
 The label columns (`latency_median`, `latency_std`, `latency_cv`) describe `latencies`, or,
-when a noisy candidate was measured twice, whichever of its two measurements spread less.
+when a noisy candidate was measured twice, whichever of its two measurements spread less
+(`datagen.measure.label_stats`). A compacted shard does not store them: `read_records`
+computes them from its status and repeats (`pandas.read_parquet` of such a shard lacks them).
 
 Columns (one row per measured candidate):
 
@@ -75,10 +78,13 @@ TMP_PREFIX = ".tmp-"
 COMPRESSION = "zstd"
 COMPACT_LEVEL = 19  # zstd level of compacted shards: written once, read often
 # compacted shards store their float columns byte-stream-split (each byte plane of the values
-# together, which zstd packs about a fifth smaller); the layout is named in their metadata, so
+# together, which zstd packs about a fifth smaller) and leave out the label columns (layout 3:
+# an eighth of the space; readers compute them); the layout is named in their metadata, so
 # `compact` rewrites a lone shard of an older layout once and then leaves it alone
 LAYOUT_KEY = b"tvm_costmodel.compact_layout"
-COMPACT_LAYOUT = b"2"
+COMPACT_LAYOUT = b"3"
+# what a record's status and repeats determine (`label_stats`)
+LABEL_COLUMNS = ("latency_median", "latency_std", "latency_cv")
 
 SCHEMA = pa.schema([
     ("workload_key", pa.string()),
@@ -156,15 +162,35 @@ def _checked_schema(path: str) -> pa.Schema:
 
 
 def _read_shard(path: str, schema: pa.Schema, columns: list[str]) -> pa.Table:
-    """The `columns` of one shard; columns its (older) schema lacks come back empty."""
+    """The `columns` of one shard; label columns it leaves out are computed from its status
+    and repeats, other columns its (older) schema lacks come back empty."""
     present = [c for c in columns if c in schema.names]
-    table = pq.read_table(path, columns=present).replace_schema_metadata(None)
+    labels = [c for c in columns if c in LABEL_COLUMNS and c not in schema.names]
+    sources = [c for c in ("status", "latencies", "retry_latencies")
+               if labels and c in schema.names and c not in present]
+    table = pq.read_table(path, columns=present + sources).replace_schema_metadata(None)
+    if labels:
+        table = _with_labels(table, labels)
     for name in columns:
-        if name not in schema.names:
+        if name not in table.column_names:
             field = SCHEMA.field(name)
             empty = [] if pa.types.is_list(field.type) else None
             table = table.append_column(field, pa.array([empty] * len(table), field.type))
     return table.select(columns)
+
+
+def _with_labels(table: pa.Table, names: list[str]) -> pa.Table:
+    """`table` with the label columns `names` computed from its status and repeats."""
+    from datagen.measure import label_stats
+
+    retry = table["retry_latencies"].to_pylist() if "retry_latencies" in table.column_names \
+        else [None] * len(table)
+    stats = [label_stats(s, lat, r) for s, lat, r in
+             zip(table["status"].to_pylist(), table["latencies"].to_pylist(), retry)]
+    for name in names:
+        table = table.append_column(SCHEMA.field(name),
+                                    pa.array([row[name] for row in stats], pa.float64()))
+    return table
 
 
 def _live_shards(root: str) -> tuple[dict[str, pa.Schema], list[str]]:
@@ -249,10 +275,12 @@ class ShardWriter:
             size = sum(os.path.getsize(p) for p in live)
             return len(live), size, size
         before = sum(os.path.getsize(p) for p in live)
-        table = pa.concat_tables([_read_shard(p, s, SCHEMA.names) for p, s in live.items()])
+        stored = [n for n in SCHEMA.names if n not in LABEL_COLUMNS]
+        table = pa.concat_tables([_read_shard(p, s, stored) for p, s in live.items()])
         table = table.sort_by([("workload_key", "ascending"), ("round", "ascending")])
         replaces = json.dumps(sorted(os.path.basename(p) for p in live)).encode()
-        final = self._commit(table.cast(SCHEMA).replace_schema_metadata(
+        schema = pa.schema([SCHEMA.field(n) for n in stored])
+        final = self._commit(table.cast(schema).replace_schema_metadata(
             {**SCHEMA.metadata, REPLACES_KEY: replaces, LAYOUT_KEY: COMPACT_LAYOUT}),
             compacted=True)
         for path in live:

@@ -7,12 +7,14 @@ import pytest
 
 from datagen import records
 from datagen.errors import UserError
+from datagen.measure import label_stats
 
 
-def _row(i: int) -> dict:
+def _row(i: int, latencies=(1e-6, 2e-6), status="ok", retry=()) -> dict:
     row = {name: None for name in records.SCHEMA.names}
-    row.update(workload_key="dense/m1_n1_k1", trace_hash=f"h{i}", status="ok",
-               latencies=[1e-6, 2e-6], latency_median=1.5e-6, round=0, seed=0)
+    row.update(workload_key="dense/m1_n1_k1", trace_hash=f"h{i}", status=status,
+               latencies=list(latencies), retry_latencies=list(retry), round=0, seed=0,
+               **label_stats(status, latencies, retry))
     return row
 
 
@@ -85,7 +87,7 @@ def test_version_1_shards_read_with_retry_latencies_empty(tmp_path):
     row = {k: v for k, v in _row(0).items() if k != "retry_latencies"}
     pq.write_table(pa.Table.from_pylist([row], schema=v1), tmp_path / "shard-old-00001.parquet")
     writer = records.ShardWriter(str(tmp_path))  # a version-2 shard beside it
-    writer.write([{**_row(1), "retry_latencies": [3e-6, 3e-6]}])
+    writer.write([_row(1, retry=[3e-6, 3e-6])])
     writer.close()
     frame = records.read_records(str(tmp_path))
     assert list(frame.trace_hash) == ["h1", "h0"] or list(frame.trace_hash) == ["h0", "h1"]
@@ -135,7 +137,11 @@ def test_compaction_keeps_every_record_once_even_when_stopped_midway(tmp_path):
 
 def test_a_lone_shard_of_the_older_layout_is_compacted_once(tmp_path):
     writer = records.ShardWriter(str(tmp_path))
-    writer.write([{**_row(i), "latencies": [1e-6 * (i + 1), 1.1e-6 * (i + 1)]} for i in range(20)])
+    rows = [_row(i, [1e-6 * (i + 1), 1.1e-6 * (i + 1)]) for i in range(20)]
+    rows[3] = _row(3, [1e-6, 3e-6], retry=[2e-6, 2.1e-6])  # its label: the retry, which spread less
+    rows[4] = _row(4, [1e-6, 2e-6], retry=[1e-6, 9e-6])  # the first measurement
+    rows[5] = _row(5, [], status="run_error")  # failed: NaN labels
+    writer.write(rows)
     before = records.read_records(str(tmp_path)).sort_values("trace_hash")
     (plain,) = records.shard_paths(str(tmp_path))
     assert records.LAYOUT_KEY not in pq.read_schema(plain).metadata
@@ -146,12 +152,18 @@ def test_a_lone_shard_of_the_older_layout_is_compacted_once(tmp_path):
     chunks = pq.ParquetFile(compacted).metadata.row_group(0)
     encodings = {chunks.column(i).path_in_schema: chunks.column(i).encodings
                  for i in range(chunks.num_columns)}
-    assert "BYTE_STREAM_SPLIT" in encodings["latency_median"]
     assert "BYTE_STREAM_SPLIT" in encodings["latencies.list.element"]
+    assert "BYTE_STREAM_SPLIT" in encodings["build_secs"]
+    # the label columns are not stored: read back, they are computed from the repeats
+    assert not set(records.LABEL_COLUMNS) & set(pq.read_schema(compacted).names)
     assert "BYTE_STREAM_SPLIT" not in encodings["workload_key"]
     after = records.read_records(str(tmp_path)).sort_values("trace_hash")
     assert after.drop(columns="collected_at").reset_index(drop=True).equals(
         before.drop(columns="collected_at").reset_index(drop=True))
+    labels = after.set_index("trace_hash").latency_median
+    assert labels["h3"] == pytest.approx(2.05e-6) and labels["h4"] == pytest.approx(1.5e-6)
+    assert labels.isna()["h5"]
+    assert list(records.read_records(str(tmp_path), ["latency_cv"]).columns) == ["latency_cv"]
     writer.compact()  # already of this layout: left as it is
     writer.close()
     assert records.shard_paths(str(tmp_path)) == [compacted]
