@@ -12,7 +12,14 @@ VM's other calls and the whole instrumented inference. The instrument is a Pytho
 around every call, so the inference is slower than part `networks` measures it (its figure is
 in the pair file); kernels are timed on their own, between the callbacks.
 
-    python bench/network_profile.py electra-small --seed 0 --budget 16 [--rounds 10] [--out bench/results]
+With --alone, each tuner's best schedule of every task is also built and timed alone again on
+this host, with the tuning protocol (hot: MetaSchedule's runner repeats it, its arguments in
+cache) and with the caches flushed of every argument but the first before each of 10 single
+runs (cold, as a kernel meets its weights in the network; `datagen.measure`'s `cache_flush`),
+the tuners interleaved --alone-rounds times: which of the two orders the tuners as the network
+does.
+
+    python bench/network_profile.py electra-small --seed 0 --budget 16 [--rounds 10] [--alone] [--out bench/results]
 
 Writes OUT/tuning-networks/profiles/NETWORK__seedS__bB.json.xz.
 """
@@ -40,6 +47,36 @@ def in_run_bests(database, tasks, target) -> dict[str, float | None]:
         record = database.query_tuning_record(task.dispatched[0], target, task.task_name)
         bests[task.task_name] = None if record is None else run_latency(record.run_secs)
     return bests
+
+
+COLD = {"number": 1, "repeat": 10, "min_repeat_ms": 0, "cache_flush": True}
+
+
+def timed_alone(databases: dict, tasks, target, rounds: int) -> dict:
+    """Per protocol (hot: the tuning protocol; cold: `COLD`), per tuner and task: the median
+    over `rounds` interleaved measurements of its best schedule's latency alone (seconds;
+    None: no record, or it failed)."""
+    from datagen.measure import Measurer, run_latency
+
+    cells, mods = [], []
+    for tuner, database in databases.items():
+        for task in tasks:
+            sch = database.query_schedule(task.dispatched[0], target, task.task_name)
+            if sch is not None:
+                cells.append((tuner, task.task_name))
+                mods.append(sch.mod)
+    out: dict = {}
+    for name, protocol in (("hot", None), ("cold", COLD)):
+        measurer = Measurer(target, protocol)
+        try:
+            results = measurer.remeasure(mods, rounds)
+        finally:
+            measurer.close()
+        out[name] = {t: {} for t in databases}
+        for (tuner, task), runs in zip(cells, results):
+            lat = [x for x in (run_latency(r.latencies) for r in runs) if x is not None]
+            out[name][tuner][task] = float(np.median(lat)) if lat else None
+    return out
 
 
 def timed_calls(executables: dict, arrays: list, target, rounds: int) -> dict:
@@ -82,9 +119,11 @@ def timed_calls(executables: dict, arrays: list, target, rounds: int) -> dict:
     return out
 
 
-def summarize(rounds: dict, bests: dict) -> dict:
+def summarize(rounds: dict, bests: dict, alone_again: dict | None = None) -> dict:
     """Per kernel and tuner: calls per inference, the median over rounds of its summed time in
-    the network, and its task's in-run best times those calls; per tuner the totals."""
+    the network, and its task's in-run best times those calls (with `alone_again`, from
+    `timed_alone`, also its hot and cold latency alone times those calls); per tuner the
+    totals."""
     tuners = list(rounds)
     symbols = sorted({s for runs in rounds.values() for r in runs for s in r["spent_s"]})
     kernels, totals = {}, {}
@@ -103,6 +142,12 @@ def summarize(rounds: dict, bests: dict) -> dict:
             alone = None if best is None else best * count
             kernels.setdefault(symbol, {"calls": count})[tuner] = {
                 "in_network_s": in_network, "alone_s": alone}
+            for protocol, times in (alone_again or {}).items():
+                again = times[tuner].get(symbol)
+                kernels[symbol][tuner][f"{protocol}_s"] = None if again is None else again * count
+                if again is not None:
+                    totals[tuner][f"{protocol}_s"] = totals[tuner].get(f"{protocol}_s", 0.0) \
+                        + again * count
             totals[tuner]["kernels_s"] += in_network
             if alone is None:
                 totals[tuner]["untuned_kernels_s"] += in_network
@@ -132,10 +177,13 @@ def format_profile(summary: dict, tuners: list[str], top: int) -> str:
     for key, label in (("alone_s", "tuned kernels alone (in-run best x calls)"),
                        ("kernels_s", "every kernel in the network"),
                        ("untuned_kernels_s", "  of which kernels with no record"),
+                       ("hot_s", "tuned kernels alone again, hot (x calls)"),
+                       ("cold_s", "tuned kernels alone again, cold (x calls)"),
                        ("builtins_s", "the VM's own calls"),
                        ("inference_s", "the whole instrumented inference")):
-        lines.append(f"{label:<54}" + "".join(
-            f"{summary['totals'][t][key] * us:>20.0f}" for t in tuners))
+        if key in summary["totals"][tuners[0]]:
+            lines.append(f"{label:<54}" + "".join(
+                f"{summary['totals'][t].get(key, 0.0) * us:>20.0f}" for t in tuners))
     return "\n".join(lines)
 
 
@@ -153,8 +201,10 @@ def profile(args) -> None:
     from datagen.tvm_env import make_target
     from tuning.tuner import compile_network
 
-    if args.rounds < 1:
-        raise UserError(f"--rounds must be at least 1, not {args.rounds}")
+    if args.rounds < 1 or args.alone_rounds < 1:
+        flag, value = ("--rounds", args.rounds) if args.rounds < 1 else \
+            ("--alone-rounds", args.alone_rounds)
+        raise UserError(f"{flag} must be at least 1, not {value}")
     target = make_target(None)
     grid = Grid(os.path.join(args.out, "tuning-networks"))
     runs = {t: os.path.join("runs", args.network, t, f"seed{args.seed}-b{args.budget}")
@@ -166,15 +216,15 @@ def profile(args) -> None:
                         "run part `networks` of bench/tuning_vs_metaschedule.py first")
     mod, arrays = network_tuning.export(args.network, target)
     tasks = ms.relax_integration.extract_tasks(mod, target)
-    executables, bests = {}, {}
-    for tuner, run in runs.items():
-        database = ms.database.JSONDatabase(work_dir=grid.path(run))
-        bests[tuner] = in_run_bests(database, tasks, target)
-        executables[tuner] = compile_network(database, mod, target)
-    summary = summarize(timed_calls(executables, arrays, target, args.rounds), bests)
+    databases = {t: ms.database.JSONDatabase(work_dir=grid.path(run)) for t, run in runs.items()}
+    bests = {t: in_run_bests(db, tasks, target) for t, db in databases.items()}
+    executables = {t: compile_network(db, mod, target) for t, db in databases.items()}
+    calls = timed_calls(executables, arrays, target, args.rounds)
+    again = timed_alone(databases, tasks, target, args.alone_rounds) if args.alone else None
+    summary = summarize(calls, bests, again)
     pair = grid.read(network_tuning.pair_cell(args.network, args.seed, args.budget))
     summary.update(network=args.network, seed=args.seed, per_task=args.budget,
-                   rounds=args.rounds, pair_latency_s=None if pair is None else {
+                   rounds=args.rounds, alone_rounds=args.alone_rounds if args.alone else 0, pair_latency_s=None if pair is None else {
                        t: float(np.median(v)) for t, v in pair["latency"].items()})
     grid.write(os.path.join("profiles", f"{args.network}__seed{args.seed}__b{args.budget}"
                             ".json.xz"), summary)
@@ -194,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=network_tuning.BUDGETS[0],
                         help="trials per task of the finished pair")
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--alone", action="store_true",
+                        help="also time every tuner's best schedules alone again, hot and cold")
+    parser.add_argument("--alone-rounds", type=int, default=3)
     parser.add_argument("--tuners", nargs="+", default=list(network_tuning.TUNERS))
     parser.add_argument("--top", type=int, default=15, help="kernels to print")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))

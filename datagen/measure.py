@@ -1,8 +1,9 @@
 """Build and measure candidates with a stated protocol, one candidate on the device at a time.
 
 Protocol (MetaSchedule's evaluator): one warm-up run, then `repeat` timed repeats, each the
-mean of `number` runs, with `number` raised until a repeat lasts at least `min_repeat_ms`.
-Every repeat is kept. `measure` builds a batch first and measures it after, never both at
+mean of `number` runs, with `number` raised until a repeat lasts at least `min_repeat_ms`;
+with `cache_flush` (off unless asked) the CPU caches are flushed of every argument but the
+first before each repeat, as a program meets its weights in a network. Every repeat is kept. `measure` builds a batch first and measures it after, never both at
 once, so no build competes for the cores being timed; `build` and `run_built` are the two
 halves, which `collect` overlaps where the device being timed is not this host's CPU.
 Measurers of several processes that share a `device_lock` take turns on the device.
@@ -323,7 +324,7 @@ class Measurer:
 
     Args:
         target: the `tvm.target.Target` to build for.
-        protocol: warm-up/repeat/number/min_repeat_ms (see module docstring).
+        protocol: warm-up/repeat/number/min_repeat_ms/cache_flush (see module docstring).
         tracker: measure through this RPC tracker instead of on this machine; its servers'
             device is checked and described first (`Tracker.device`), and asked again after
             a failed run, as this host's GPU is.
@@ -384,7 +385,8 @@ class Measurer:
                 "(datagen pack, then python -m datagen.batch_measure on the GPU host, then "
                 "datagen ingest)")
         evaluator = EvaluatorConfig(number=self.protocol["number"], repeat=self.protocol["repeat"],
-                                    min_repeat_ms=self.protocol["min_repeat_ms"])
+                                    min_repeat_ms=self.protocol["min_repeat_ms"],
+                                    enable_cpu_cache_flush=bool(self.protocol.get("cache_flush")))
         on_local_gpu = tracker is None and self.device_type != "cpu"
         if shared_library is None:
             shared_library = on_local_gpu

@@ -63,11 +63,18 @@ def test_a_tuned_network_timed_kernel_by_kernel(tmp_path):
         assert {s: run["calls"][s] for s in bests["random"]} == {s: 1 for s in bests["random"]}
         assert 0 < sum(run["spent_s"].values()) < run["total_s"]
 
-    summary = bench.summarize(rounds, bests)
+    # the tuned schedules timed alone again, hot and with the caches flushed; none untuned
+    again = bench.timed_alone(databases, tasks, target, rounds=1)
+    assert sorted(again) == ["cold", "hot"] and again["hot"]["untuned"] == {}
+    assert all(again[p]["random"][n] > 0 for p in again for n in bests["random"])
+
+    summary = bench.summarize(rounds, bests, again)
     for name in bests["random"]:
         row = summary["kernels"][name]
         assert row["calls"] == 1 and row["random"]["alone_s"] == bests["random"][name]
+        assert row["random"]["cold_s"] == again["cold"]["random"][name]
         assert row["untuned"]["alone_s"] is None and row["untuned"]["in_network_s"] > 0
+        assert row["untuned"]["hot_s"] is None
     tuned_totals, untuned_totals = summary["totals"]["random"], summary["totals"]["untuned"]
     assert tuned_totals["untuned_kernels_s"] == 0 < tuned_totals["alone_s"]
     assert untuned_totals["untuned_kernels_s"] == untuned_totals["kernels_s"] > 0
@@ -76,12 +83,15 @@ def test_a_tuned_network_timed_kernel_by_kernel(tmp_path):
         assert totals["kernels_s"] + totals["builtins_s"] < totals["inference_s"]
     text = bench.format_profile(summary, ["random", "untuned"], top=5)
     assert all(name in text for name in bests["random"])
-    assert "every kernel in the network" in text
+    assert "every kernel in the network" in text and "alone again, cold" in text
+    assert summary["totals"]["random"]["cold_s"] == pytest.approx(
+        sum(again["cold"]["random"].values()))
 
 
 @pytest.mark.parametrize("extra, message", [
     ([], "no finished run of bo, ms-xgb-pretrained, ms-default for electra-small seed 0 at 16"),
     (["--rounds", "0"], "--rounds must be at least 1, not 0"),
+    (["--alone", "--alone-rounds", "0"], "--alone-rounds must be at least 1, not 0"),
 ])
 def test_bad_input_of_the_profile_is_one_line(tmp_path, extra, message):
     proc = run_bench("network_profile.py", "electra-small", "--out", str(tmp_path), *extra)
