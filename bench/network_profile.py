@@ -15,7 +15,7 @@ in the pair file); kernels are timed on their own, between the callbacks.
 With --alone, each tuner's best schedule of every task is also built and timed alone again on
 this host, with the tuning protocol (hot: MetaSchedule's runner repeats it, its arguments in
 cache) and with the caches flushed of every argument but the first before each of 10 single
-runs (cold, as a kernel meets its weights in the network; `datagen.measure`'s `cache_flush`),
+runs (cold: its weights out of the caches; `datagen.measure`'s `cache_flush`),
 the tuners interleaved --alone-rounds times: which of the two orders the tuners as the network
 does.
 
@@ -36,6 +36,8 @@ import numpy as np
 import network_tuning  # a sibling script
 
 BUILTIN = "vm.builtin."  # the VM's own calls (allocation, shape checks, ...), not kernels
+# timed alone, cold: single runs, the caches flushed of every argument but the first before each
+COLD = {"number": 1, "repeat": 10, "min_repeat_ms": 0, "cache_flush": True}
 
 
 def in_run_bests(database, tasks, target) -> dict[str, float | None]:
@@ -47,9 +49,6 @@ def in_run_bests(database, tasks, target) -> dict[str, float | None]:
         record = database.query_tuning_record(task.dispatched[0], target, task.task_name)
         bests[task.task_name] = None if record is None else run_latency(record.run_secs)
     return bests
-
-
-COLD = {"number": 1, "repeat": 10, "min_repeat_ms": 0, "cache_flush": True}
 
 
 def timed_alone(databases: dict, tasks, target, rounds: int) -> dict:
@@ -169,7 +168,8 @@ def format_profile(summary: dict, tuners: list[str], top: int) -> str:
         cells = ""
         for t in tuners:
             cell = row.get(t)
-            alone = "-" if cell is None or cell["alone_s"] is None else f"{cell['alone_s'] * us:.0f}"
+            alone = "-" if cell is None or cell["alone_s"] is None \
+                else f"{cell['alone_s'] * us:.0f}"
             text = "" if cell is None else f"{cell['in_network_s'] * us:.0f} ({alone})"
             cells += f"{text:>20}"
         lines.append(f"{symbol[:47]:<48}{row['calls']:>6}{cells}")
@@ -224,7 +224,8 @@ def profile(args) -> None:
     summary = summarize(calls, bests, again)
     pair = grid.read(network_tuning.pair_cell(args.network, args.seed, args.budget))
     summary.update(network=args.network, seed=args.seed, per_task=args.budget,
-                   rounds=args.rounds, alone_rounds=args.alone_rounds if args.alone else 0, pair_latency_s=None if pair is None else {
+                   rounds=args.rounds, alone_rounds=args.alone_rounds if args.alone else 0,
+                   pair_latency_s=None if pair is None else {
                        t: float(np.median(v)) for t, v in pair["latency"].items()})
     grid.write(os.path.join("profiles", f"{args.network}__seed{args.seed}__b{args.budget}"
                             ".json.xz"), summary)

@@ -3,9 +3,10 @@
 Protocol (MetaSchedule's evaluator): one warm-up run, then `repeat` timed repeats, each the
 mean of `number` runs, with `number` raised until a repeat lasts at least `min_repeat_ms`;
 with `cache_flush` (off unless asked) the CPU caches are flushed of every argument but the
-first before each repeat, as a program meets its weights in a network. Every repeat is kept. `measure` builds a batch first and measures it after, never both at
-once, so no build competes for the cores being timed; `build` and `run_built` are the two
-halves, which `collect` overlaps where the device being timed is not this host's CPU.
+first before each repeat (the program's weights met cold). Every repeat is kept. `measure`
+builds a batch first and measures it after, never both at once, so no build competes for the
+cores being timed; `build` and `run_built` are the two halves, which `collect` overlaps where
+the device being timed is not this host's CPU.
 Measurers of several processes that share a `device_lock` take turns on the device.
 
 `run_latency` and `latency_stats` are the one definition of a measured latency everywhere in
