@@ -192,7 +192,7 @@ def profile(args) -> None:
     profile.
 
     Raises:
-        UserError: a tuner's run of the pair has not finished.
+        UserError: bad rounds or budget, or a tuner's run of the pair has not finished.
     """
     from tvm.s_tir import meta_schedule as ms
 
@@ -201,10 +201,9 @@ def profile(args) -> None:
     from datagen.tvm_env import make_target
     from tuning.tuner import compile_network
 
-    if args.rounds < 1 or args.alone_rounds < 1:
-        flag, value = ("--rounds", args.rounds) if args.rounds < 1 else \
-            ("--alone-rounds", args.alone_rounds)
-        raise UserError(f"{flag} must be at least 1, not {value}")
+    network_tuning.check_networks([args.network], [args.budget], args.rounds)
+    if args.alone_rounds < 1:
+        raise UserError(f"--alone-rounds must be at least 1, not {args.alone_rounds}")
     target = make_target(None)
     grid = Grid(os.path.join(args.out, "tuning-networks"))
     runs = {t: os.path.join("runs", args.network, t, f"seed{args.seed}-b{args.budget}")
