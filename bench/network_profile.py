@@ -19,15 +19,27 @@ runs (cold: its weights out of the caches; `datagen.measure`'s `cache_flush`),
 the tuners interleaved --alone-rounds times: which of the two orders the tuners as the network
 does.
 
-    python bench/network_profile.py electra-small --seed 0 --budget 16 [--rounds 10] [--alone] [--out bench/results]
+With --finalists K, in place of the profile: a task's in-run best is the lowest of many noisy
+timings, and a search that measures many near-equal candidates keeps a lucky one the more
+often (the winner's curse). Each tuner's K best schedules of every task are timed again (hot,
+all tuners' finalists interleaved --finalist-rounds times), each task's fastest of them kept,
+and every tuner's network built both ways, from its run's in-run bests and from those
+finalists, the 2 x tuners networks measured interleaved --rounds times (uninstrumented, as
+part `networks` measures): what re-timing the finalists before one is kept buys each tuner.
 
-Writes OUT/tuning-networks/profiles/NETWORK__seedS__bB.json.xz.
+    python bench/network_profile.py electra-small --seed 0 --budget 16 [--rounds 10] [--alone]
+        [--out bench/results]
+    python bench/network_profile.py electra-small --seed 0 --budget 64 --finalists 4
+
+Writes OUT/tuning-networks/profiles/NETWORK__seedS__bB.json.xz (with --finalists K,
+NETWORK__seedS__bB.finalists-kK.json.xz).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 
@@ -59,11 +71,9 @@ def timed_alone(databases: dict, tasks, target, rounds: int) -> dict:
 
     cells, mods = [], []
     for tuner, database in databases.items():
-        for task in tasks:
-            sch = database.query_schedule(task.dispatched[0], target, task.task_name)
-            if sch is not None:
-                cells.append((tuner, task.task_name))
-                mods.append(sch.mod)
+        for i, record in _top_records(database, tasks, 1):
+            cells.append((tuner, tasks[i].task_name))
+            mods.append(_scheduled(record))
     out: dict = {}
     for name, protocol in (("hot", None), ("cold", COLD)):
         measurer = Measurer(target, protocol)
@@ -187,6 +197,159 @@ def format_profile(summary: dict, tuners: list[str], top: int) -> str:
     return "\n".join(lines)
 
 
+def _top_records(database, tasks, top_k: int) -> list[tuple[int, object]]:
+    """(task index, record) of each task's `top_k` best records in `database`, best first."""
+    out = []
+    for i, task in enumerate(tasks):
+        mod = task.dispatched[0]
+        if not database.has_workload(mod):
+            continue
+        for record in database.get_top_k(database.commit_workload(mod), top_k):
+            out.append((i, record))
+    return out
+
+
+def _scheduled(record):
+    """The record's schedule applied to its workload (a trace is data: its instructions are
+    MetaSchedule's primitives, replayed, nothing else runs)."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(record.workload.mod, debug_mask=0)
+    record.trace.apply_to_schedule(sch, remove_postproc=False)
+    return sch.mod
+
+
+def remeasure_finalists(databases: dict, tasks, target, measurer, top_k: int = 4,
+                        rounds: int = 3, out: dict | None = None) -> tuple[dict, dict]:
+    """Per database, a database holding each task's fastest finalist when timed again: each
+    task's `top_k` records of each database built and timed again `rounds` times interleaved
+    (every database's candidates in the same rounds, so a slow spell of the machine hits all of
+    them alike), the one with the lowest median of the rounds kept, its `run_secs` those
+    rounds' latencies.
+
+    Args:
+        databases: name -> MetaSchedule database (a tuner's run).
+        tasks: MetaSchedule's `ExtractedTask`s of the network, what the databases tuned.
+        target: the target the records were measured for.
+        measurer: a `datagen.measure.Measurer` with the tuning protocol.
+        top_k: finalists per task (1: the in-run best alone, timed again).
+        rounds: interleaved timings of every finalist.
+        out: name -> folder for a `JSONDatabase` of the choices, written afresh (default: in
+            memory).
+
+    Returns:
+        (name -> database of the choices, name -> per task name: the in-run rank of the
+        finalist kept (0: the in-run best), its median latency and the in-run best's, seconds).
+
+    Raises:
+        UserError: `top_k` or `rounds` below 1.
+    """
+    from tvm.s_tir import meta_schedule as ms
+
+    from datagen.errors import UserError
+    from datagen.measure import run_latency
+
+    if top_k < 1 or rounds < 1:
+        raise UserError(f"finalists need top_k and rounds of at least 1, not {top_k} and "
+                        f"{rounds}")
+    cells, mods = [], []
+    for name, database in databases.items():
+        for i, record in _top_records(database, tasks, top_k):
+            cells.append((name, i, record))
+            mods.append(_scheduled(record))
+    results = measurer.remeasure(mods, rounds) if mods else []
+    timed: dict = {}  # (name, task index) -> [(median, rank, record, latencies)]
+    for (name, i, record), runs in zip(cells, results):
+        latencies = [x for x in (run_latency(r.latencies) for r in runs) if x is not None]
+        entry = timed.setdefault((name, i), [])
+        median = float(np.median(latencies)) if len(latencies) == rounds else float("inf")
+        entry.append((median, len(entry), record, latencies))
+    chosen, report = {}, {}
+    for name in databases:
+        if out is not None and name in out:
+            shutil.rmtree(out[name], ignore_errors=True)
+            os.makedirs(out[name])
+            db = ms.database.JSONDatabase(work_dir=out[name])
+        else:
+            db = ms.database.MemoryDatabase()
+        report[name] = {}
+        for i, task in enumerate(tasks):
+            finalists = timed.get((name, i))
+            if not finalists:
+                continue
+            median, rank, record, latencies = min(finalists, key=lambda f: (f[0], f[1]))
+            if not np.isfinite(median):  # every finalist failed again: keep the run's own
+                rank, record, latencies = 0, finalists[0][2], list(finalists[0][2].run_secs)
+            workload = db.commit_workload(record.workload.mod)
+            db.commit_tuning_record(ms.database.TuningRecord(
+                record.trace, workload, [float(x) for x in latencies], record.target,
+                record.args_info))
+            report[name][task.task_name] = {
+                "rank": rank, "median_s": median if np.isfinite(median) else None,
+                "in_run_best_s": run_latency(finalists[0][2].run_secs),
+                "finalists": len(finalists)}
+        chosen[name] = db
+    return chosen, report
+
+
+def finalists_networks(databases: dict, tasks, mod, arrays, target, args, run_dirs: dict) -> dict:
+    """Every tuner's network from its in-run bests and from its re-timed finalists, measured
+    interleaved. Per tuner: the median latency of both (us), the median of the per-round
+    ratios finalists / in-run bests, and the tasks whose kept schedule changed; per pair of
+    the first tuner and another, its ratio both ways; each task's choice
+    (`remeasure_finalists`'s report); every round's seconds. The finalists' databases are
+    written beside the runs (`finalists-kK`)."""
+    from datagen.measure import Measurer
+    from tuning.tuner import compile_network
+
+    measurer = Measurer(target, None)
+    try:
+        chosen, report = remeasure_finalists(
+            databases, tasks, target, measurer, args.finalists, args.finalist_rounds,
+            out={t: os.path.join(d, f"finalists-k{args.finalists}") for t, d in run_dirs.items()})
+    finally:
+        measurer.close()
+    executables = {}
+    for tuner, database in databases.items():
+        executables[tuner] = compile_network(database, mod, target)
+        executables[f"{tuner}+finalists"] = compile_network(chosen[tuner], mod, target)
+    latency = network_tuning.measure_interleaved(executables, arrays, target, args.rounds)
+
+    def ratio(a: str, b: str) -> float:
+        return float(np.median(np.array(latency[a]) / np.array(latency[b])))
+
+    tuners = list(databases)
+    return {
+        "top_k": args.finalists, "rounds": args.finalist_rounds, "latency": latency,
+        "tuners": {t: {"in_run_us": float(np.median(latency[t])) * 1e6,
+                       "finalists_us": float(np.median(latency[f"{t}+finalists"])) * 1e6,
+                       "ratio": ratio(f"{t}+finalists", t),
+                       "changed": sum(1 for c in report[t].values() if c["rank"] != 0),
+                       "tasks": len(report[t])} for t in tuners},
+        "paired": {f"{tuners[0]}/{o}": {"in_run": ratio(tuners[0], o),
+                                        "finalists": ratio(f"{tuners[0]}+finalists",
+                                                           f"{o}+finalists")}
+                   for o in tuners[1:]},
+        "choices": report}
+
+
+def format_finalists(result: dict) -> str:
+    """Per tuner: its network from the in-run bests and from the re-timed finalists; then the
+    first tuner's ratio to each other both ways."""
+    lines = [f"-- each task's {result['top_k']} best timed again ({result['rounds']} rounds), "
+             "the fastest kept: us per inference, median of the interleaved rounds --",
+             f"{'tuner':<22}{'in-run bests':>14}{'finalists':>12}{'ratio':>8}"
+             f"{'tasks changed':>15}"]
+    for t, row in result["tuners"].items():
+        lines.append(f"{t:<22}{row['in_run_us']:>14.0f}{row['finalists_us']:>12.0f}"
+                     f"{row['ratio']:>8.3f}{row['changed']:>10} of {row['tasks']}")
+    for pair, both in result["paired"].items():
+        lines.append(f"{pair}: {both['in_run']:.3f} from the in-run bests, "
+                     f"{both['finalists']:.3f} from the finalists (median of the per-round "
+                     "ratios)")
+    return "\n".join(lines)
+
+
 def profile(args) -> None:
     """Compile the pair's networks from their runs' databases, time them and print the
     profile.
@@ -204,6 +367,12 @@ def profile(args) -> None:
     network_tuning.check_networks([args.network], [args.budget], args.rounds)
     if args.alone_rounds < 1:
         raise UserError(f"--alone-rounds must be at least 1, not {args.alone_rounds}")
+    if args.finalists < 0 or args.finalist_rounds < 1:
+        raise UserError(f"--finalists must be 0 or more and --finalist-rounds at least 1, not "
+                        f"{args.finalists} and {args.finalist_rounds}")
+    if args.finalists and args.alone:
+        raise UserError("--finalists measures the networks in place of the profile, and "
+                        "--alone is part of the profile: give one of them")
     target = make_target(None)
     grid = Grid(os.path.join(args.out, "tuning-networks"))
     runs = {t: os.path.join("runs", args.network, t, f"seed{args.seed}-b{args.budget}")
@@ -216,6 +385,16 @@ def profile(args) -> None:
     mod, arrays = network_tuning.export(args.network, target)
     tasks = ms.relax_integration.extract_tasks(mod, target)
     databases = {t: ms.database.JSONDatabase(work_dir=grid.path(run)) for t, run in runs.items()}
+    name = f"{args.network}__seed{args.seed}__b{args.budget}"
+    if args.finalists:
+        result = finalists_networks(databases, tasks, mod, arrays, target, args,
+                                    {t: grid.path(run) for t, run in runs.items()})
+        result.update(network=args.network, seed=args.seed, per_task=args.budget,
+                      network_rounds=args.rounds)
+        grid.write(os.path.join("profiles", f"{name}.finalists-k{args.finalists}.json.xz"),
+                   result)
+        print(format_finalists(result))
+        return
     bests = {t: in_run_bests(db, tasks, target) for t, db in databases.items()}
     executables = {t: compile_network(db, mod, target) for t, db in databases.items()}
     calls = timed_calls(executables, arrays, target, args.rounds)
@@ -226,8 +405,7 @@ def profile(args) -> None:
                    rounds=args.rounds, alone_rounds=args.alone_rounds if args.alone else 0,
                    pair_latency_s=None if pair is None else {
                        t: float(np.median(v)) for t, v in pair["latency"].items()})
-    grid.write(os.path.join("profiles", f"{args.network}__seed{args.seed}__b{args.budget}"
-                            ".json.xz"), summary)
+    grid.write(os.path.join("profiles", f"{name}.json.xz"), summary)
     print(format_profile(summary, args.tuners, args.top))
     if summary["pair_latency_s"]:
         print("uninstrumented, from the pair (us):  " + ", ".join(
@@ -247,6 +425,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--alone", action="store_true",
                         help="also time every tuner's best schedules alone again, hot and cold")
     parser.add_argument("--alone-rounds", type=int, default=3)
+    parser.add_argument("--finalists", type=int, default=0, metavar="K",
+                        help="in place of the profile: time each task's K best schedules of every "
+                        "tuner again and measure the networks built from the fastest beside "
+                        "the tuners' own (0: the profile)")
+    parser.add_argument("--finalist-rounds", type=int, default=3)
     parser.add_argument("--tuners", nargs="+", default=list(network_tuning.TUNERS))
     parser.add_argument("--top", type=int, default=15, help="kernels to print")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))

@@ -1,10 +1,13 @@
 """Where a tuned network's time goes: a small network tuned for real, compiled with and without
-its database, timed call by call by the relax VM's instrument; and the bench's bad input."""
+its database, timed call by call by the relax VM's instrument; finalists timed again before one
+is kept (a lucky in-run timing loses to a re-timing); and the bench's bad input."""
 
 import os
 import sys
+import types
 
 import pytest
+import torch
 
 from conftest import BENCH_DIR, run_bench, run_cli
 
@@ -23,7 +26,6 @@ def network_profile():
 
 
 def test_a_tuned_network_timed_kernel_by_kernel(tmp_path):
-    import torch
     from tvm.s_tir import meta_schedule as ms
 
     from datagen.torch_import import load_exported, relax_module
@@ -87,11 +89,106 @@ def test_a_tuned_network_timed_kernel_by_kernel(tmp_path):
     assert summary["totals"]["random"]["cold_s"] == pytest.approx(
         sum(again["cold"]["random"].values()))
 
+    # each task's 2 best timed again, the fastest kept: both networks of each tuner measured
+    options = types.SimpleNamespace(finalists=2, finalist_rounds=1, rounds=2)
+    result = bench.finalists_networks(databases, tasks, mod, [x.numpy()], target, options,
+                                      {"random": str(tuned), "untuned": str(tmp_path / "empty")})
+    assert sorted(result["latency"]) == ["random", "random+finalists", "untuned",
+                                         "untuned+finalists"]
+    assert all(len(v) == 2 and min(v) > 0 for v in result["latency"].values())
+    choices = result["choices"]["random"]
+    assert set(choices) == set(bests["random"]) and result["choices"]["untuned"] == {}
+    assert all(c["finalists"] == 2 and c["rank"] in (0, 1) for c in choices.values())
+    row = result["tuners"]["random"]
+    assert row["changed"] == sum(c["rank"] == 1 for c in choices.values())
+    assert row["tasks"] == len(tasks) and row["in_run_us"] > 0 and row["finalists_us"] > 0
+    assert result["tuners"]["untuned"]["tasks"] == 0
+    assert set(result["paired"]) == {"random/untuned"}
+    assert (tuned / "finalists-k2" / "database_tuning_record.json").exists()
+    text = bench.format_finalists(result)
+    assert "random/untuned:" in text and "tasks changed" in text
+
+
+class Dense(torch.nn.Module):
+    """One 256x256x256 matrix product: the schedules MetaSchedule samples of it differ several
+    times in speed, so a re-timing cannot mistake the slowest for the fastest."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(256, 256, bias=False)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def test_a_lucky_in_run_best_loses_its_place_when_timed_again(tmp_path):
+    from tvm.s_tir import meta_schedule as ms
+
+    from datagen.measure import Measurer, run_latency
+    from datagen.torch_import import relax_module
+    from datagen.tvm_env import make_target
+    from tuning.tuner import SearchInputs, compile_network, tune_network
+
+    remeasure_finalists = network_profile().remeasure_finalists
+
+    target = make_target(None)
+    mod = relax_module(torch.export.export(Dense().eval(), (torch.randn(256, 256),)), target)
+    (task,) = ms.relax_integration.extract_tasks(mod, target)
+    measurer = Measurer(target, None)
+    try:
+        tuned = tune_network(mod, None, target, "random", 4, str(tmp_path / "run"), measurer,
+                             SearchInputs(), trials_per_iter=4)
+        workload = tuned.commit_workload(task.dispatched[0])
+        records = tuned.get_top_k(workload, 4)
+        best, slowest = records[0], records[-1]
+        assert run_latency(slowest.run_secs) > 1.5 * run_latency(best.run_secs)
+        # the slowest schedule recorded again with a timing no run could have: the in-run best
+        lucky = slowest.trace
+        tuned.commit_tuning_record(ms.database.TuningRecord(
+            lucky, workload, [1e-9] * 5, best.target, best.args_info))
+        assert tuned.query_tuning_record(task.dispatched[0], target, task.task_name) \
+            .trace.as_json() == lucky.as_json()
+
+        chosen, report = remeasure_finalists({"random": tuned}, [task], target, measurer,
+                                              top_k=2, rounds=2,
+                                              out={"random": str(tmp_path / "finalists")})
+        kept = chosen["random"].query_tuning_record(task.dispatched[0], target, task.task_name)
+        assert kept.trace.as_json() == best.trace.as_json()
+        assert len(kept.run_secs) == 2 and all(s > 1e-6 for s in kept.run_secs)
+        choice = report["random"][task.task_name]
+        assert choice["rank"] == 1 and choice["finalists"] == 2
+        assert choice["in_run_best_s"] == pytest.approx(1e-9)
+        assert choice["median_s"] == pytest.approx(run_latency(kept.run_secs))
+        # written to disk: read back, the same single choice
+        again = ms.database.JSONDatabase(work_dir=str(tmp_path / "finalists"))
+        assert len(again) == 1
+
+        # one finalist: the in-run best is all there is to keep, whatever its re-timing
+        chosen, report = remeasure_finalists({"random": tuned}, [task], target, measurer,
+                                             top_k=1, rounds=1)
+        kept = chosen["random"].query_tuning_record(task.dispatched[0], target, task.task_name)
+        assert kept.trace.as_json() == lucky.as_json()
+        assert report["random"][task.task_name]["rank"] == 0
+    finally:
+        measurer.close()
+    # the network builds with the choice
+    assert compile_network(chosen["random"], mod, target) is not None
+
+
+@pytest.mark.parametrize("top_k, rounds", [(0, 3), (4, 0)])
+def test_finalists_need_one_of_each(top_k, rounds):
+    from datagen.errors import UserError
+
+    with pytest.raises(UserError, match="at least 1"):
+        network_profile().remeasure_finalists({}, [], None, None, top_k=top_k, rounds=rounds)
+
 
 @pytest.mark.parametrize("extra, message", [
     ([], "no finished run of bo, ms-xgb-pretrained, ms-default for electra-small seed 0 at 16"),
     (["--rounds", "0"], "--rounds must be at least 1, not 0"),
     (["--alone", "--alone-rounds", "0"], "--alone-rounds must be at least 1, not 0"),
+    (["--finalists", "4", "--finalist-rounds", "0"], "--finalist-rounds at least 1, not 4 and 0"),
+    (["--finalists", "4", "--alone"], "give one of them"),
 ])
 def test_bad_input_of_the_profile_is_one_line(tmp_path, extra, message):
     proc = run_bench("network_profile.py", "electra-small", "--out", str(tmp_path), *extra)
