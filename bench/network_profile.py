@@ -56,10 +56,9 @@ def in_run_bests(database, tasks, target) -> dict[str, float | None]:
     """Each task's best latency in its tuner's run (seconds; None: no successful record)."""
     from datagen.measure import run_latency
 
-    bests = {}
-    for task in tasks:
-        record = database.query_tuning_record(task.dispatched[0], target, task.task_name)
-        bests[task.task_name] = None if record is None else run_latency(record.run_secs)
+    bests = dict.fromkeys(task.task_name for task in tasks)
+    for i, record in _top_records(database, tasks, 1):
+        bests[tasks[i].task_name] = run_latency(record.run_secs)
     return bests
 
 
