@@ -134,14 +134,15 @@ def test_a_lucky_in_run_best_loses_its_place_when_timed_again(tmp_path):
     target = make_target(None)
     mod = relax_module(torch.export.export(Dense().eval(), (torch.randn(256, 256),)), target)
     (task,) = ms.relax_integration.extract_tasks(mod, target)
-    measurer = Measurer(target, None)
+    measurer = Measurer(target, None, num_threads=1)  # one thread: a busy neighbour cannot stall it
     try:
-        tuned = tune_network(mod, None, target, "random", 4, str(tmp_path / "run"), measurer,
-                             SearchInputs(), trials_per_iter=4)
+        tuned = tune_network(mod, None, target, "random", 8, str(tmp_path / "run"), measurer,
+                             SearchInputs(), trials_per_iter=8)
         workload = tuned.commit_workload(task.dispatched[0])
-        records = tuned.get_top_k(workload, 4)
+        records = tuned.get_top_k(workload, 8)
         best, slowest = records[0], records[-1]
-        assert run_latency(slowest.run_secs) > 1.5 * run_latency(best.run_secs)
+        # a gap no busy machine's noise can close (the tests run two at a time on two cores)
+        assert run_latency(slowest.run_secs) > 3 * run_latency(best.run_secs)
         # the slowest schedule recorded again with a timing no run could have: the in-run best
         lucky = slowest.trace
         tuned.commit_tuning_record(ms.database.TuningRecord(
@@ -150,11 +151,11 @@ def test_a_lucky_in_run_best_loses_its_place_when_timed_again(tmp_path):
             .trace.as_json() == lucky.as_json()
 
         chosen, report = remeasure_finalists({"random": tuned}, [task], target, measurer,
-                                              top_k=2, rounds=2,
+                                              top_k=2, rounds=3,
                                               out={"random": str(tmp_path / "finalists")})
         kept = chosen["random"].query_tuning_record(task.dispatched[0], target, task.task_name)
         assert kept.trace.as_json() == best.trace.as_json()
-        assert len(kept.run_secs) == 2 and all(s > 1e-6 for s in kept.run_secs)
+        assert len(kept.run_secs) == 3 and all(s > 1e-6 for s in kept.run_secs)
         choice = report["random"][task.task_name]
         assert choice["rank"] == 1 and choice["finalists"] == 2
         assert choice["in_run_best_s"] == pytest.approx(1e-9)
