@@ -49,17 +49,21 @@ def _device_type(target) -> str:
     return "cpu" if target.kind.name == "llvm" else target.kind.name
 
 
-def pack(cfg: CollectConfig, out: str, progress: bool = True, after: list[str] = ()) -> dict:
+def pack(cfg: CollectConfig, out: str, progress: bool = True, after: list[str] = (),
+         replay: str | None = None) -> dict:
     """Draw and build the next round of every unfinished workload of `cfg` (whose `out` is the
     dataset to draw from) into the new batch folder `out`. The batches `after` (packed from the
     same dataset, not yet ingested) count as drawn: their candidates are neither drawn again
-    nor counted twice, and the rounds go on from theirs.
+    nor counted twice, and the rounds go on from theirs. With `replay` (a dataset of the same
+    target measured on another device), nothing is drawn: every schedule that dataset measured
+    of `cfg`'s workloads is built again, to be measured on this batch's device (see
+    `replayed`).
 
     Returns {"batch", "candidates" (built, to measure), "build_failed", "bytes"}.
 
     Raises:
         UserError: `out` exists, a batch of `after` is not one or is for another target, or
-            nothing is left to collect.
+            nothing is left to collect (to replay).
     """
     from tqdm import tqdm
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
@@ -80,7 +84,13 @@ def pack(cfg: CollectConfig, out: str, progress: bool = True, after: list[str] =
                "device": "", "num_threads": 0, "protocol": json.dumps(protocol),
                "seed": cfg.seed, "tvm_version": ver["tvm"], "tvm_ffi_version": ver["tvm_ffi"],
                "project_version": ver["project"]}
-    drawn = draw_rounds(cfg, states, progress)
+    if replay:
+        drawn = replayed(cfg, replay, states, target_text, progress)
+        if not drawn:
+            raise UserError(f"{cfg.out} holds every schedule {replay} measured of these "
+                            "workloads: nothing to pack")
+    else:
+        drawn = draw_rounds(cfg, states, progress)
     if not drawn:
         raise UserError(f"every workload already has {cfg.per_workload} candidates in {cfg.out} "
                         "(or no unseen schedule left): nothing to pack")
@@ -131,6 +141,50 @@ def pack(cfg: CollectConfig, out: str, progress: bool = True, after: list[str] =
         shutil.rmtree(tmp, ignore_errors=True)
     return {"batch": batch_id, "candidates": len(candidates),
             "build_failed": len(rows) - len(candidates), "bytes": size}
+
+
+def replayed(cfg: CollectConfig, dataset: str, states: dict, target_text: str,
+             progress: bool = True) -> list[tuple]:
+    """The schedules that `dataset` measured (status ok) of `cfg.workloads`, replayed from their
+    traces, as `draw_rounds` returns candidates: (workload, definition, candidate, round), the
+    record's own round, origin and parent. The same schedules timed on another device of the
+    target (an H200 running the `nvidia/nvidia-h100` kernels that an H100 measured) are a
+    dataset for transfer across devices. Those the dataset to ingest into holds (`states`) are
+    left out, so a second pack after an ingest packs only the rest.
+
+    Raises:
+        UserError: `dataset` is of another target, holds no measured record of a workload,
+            or defines a workload otherwise than this project does.
+    """
+    from tqdm import tqdm
+
+    from datagen.records import read_records
+    from datagen.sampler import Candidate, replay
+
+    frame = read_records(dataset)
+    other = sorted(set(frame.target) - {target_text})
+    if other:
+        raise UserError(f"{dataset} holds records of another target than --target "
+                        f"({len(other)} other); replay a dataset of the same target")
+    frame = frame[frame.status == OK]
+    drawn = []
+    for w in tqdm(cfg.workloads, desc="replay", unit="wl", disable=not progress):
+        rows = frame[frame.workload_key == w.key]
+        if rows.empty:
+            raise UserError(f"{dataset} holds no measured record of {w.key}: replay only "
+                            "workloads it measured")
+        definition = w.definition()
+        if (rows.workload_ir != definition).any():
+            raise UserError(f"{dataset} defines {w.key} otherwise than this project does: "
+                            "its schedules would not replay as measured")
+        seen = states[w.key].seen if w.key in states else set()
+        for r in rows.itertuples():
+            if r.trace_hash in seen:
+                continue
+            sch = replay(w.mod, r.trace)
+            drawn.append((w, definition, Candidate(sch.mod, r.trace, r.trace_hash, r.origin,
+                                                   r.parent_hash, r.mutator, sch), int(r.round)))
+    return drawn
 
 
 def _fold_pending(states: dict, batch_dir: str, target_text: str) -> None:

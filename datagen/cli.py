@@ -131,7 +131,7 @@ def _pack(args) -> int:
     from datagen.batch import pack
 
     summary = pack(_config(args, args.dataset), args.out, progress=not args.no_progress,
-                   after=args.after)
+                   after=args.after, replay=args.replay)
     print(f"packed batch {summary['batch'][:12]} into {args.out}: {summary['candidates']} "
           f"candidates to measure ({summary['bytes'] / 2**20:.1f} MiB), "
           f"{summary['build_failed']} failed to build")
@@ -304,6 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--after", nargs="+", default=[], metavar="BATCH",
                    help="batches packed from this dataset and not yet ingested: draw around "
                    "their candidates (without it, a second pack draws the same ones)")
+    p.add_argument("--replay", metavar="DATASET", help="draw nothing: build again every "
+                   "schedule this dataset (the same target, measured on another device) "
+                   "measured of the workloads, to time them on this batch's device")
     p.set_defaults(func=_pack)
 
     p = sub.add_parser("ingest", help="add a measured batch's records to its dataset "

@@ -24,6 +24,12 @@ import traceback
 import psutil
 
 FORK_PRELOAD = ["tvm", "datagen.builder"]
+# The server must never start CUDA: a process forked from one that did gets "initialization
+# error" from every CUDA call, so on a GPU host every build (NVRTC) and every device query of
+# its workers fails. Importing tvm_ffi asks a CUDA torch whether a GPU is there (and loads its
+# DLPack extension for it), and torch's default check initialises the CUDA driver; with these
+# the import leaves torch alone, and any later check asks NVML, which is safe to fork after.
+FORK_SAFE_ENV = {"TVM_FFI_DISABLE_TORCH_C_DLPACK": "1", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 # the longest path of a Unix socket on Linux (108 bytes with its NUL), which the fork server's
 # socket in multiprocessing's temporary folder must fit: "pymp-XXXXXXXX/listener-XXXXXXXX"
 MAX_SOCKET_PATH = 107
@@ -37,10 +43,13 @@ _context = None
 
 def fork_context(*preload: str):
     """multiprocessing's fork-server context, its server (started by the first process forked
-    from it, once per process) importing `FORK_PRELOAD` and every module asked for so far."""
+    from it, once per process) importing `FORK_PRELOAD` and every module asked for so far,
+    in an environment that keeps it off CUDA (`FORK_SAFE_ENV`, set in this process's too)."""
     import multiprocessing
 
     global _context
+    for name, value in FORK_SAFE_ENV.items():  # the server inherits them as it starts
+        os.environ[name] = value
     for module in (*FORK_PRELOAD, *preload):
         if module not in _preload:
             _preload.append(module)

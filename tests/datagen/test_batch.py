@@ -266,6 +266,54 @@ def test_cuda_builders_that_also_compile_kernels_build_the_same_programs(tmp_pat
     assert sizes[None] == sizes[str(tmp_path / "kernels")]
 
 
+def test_a_replayed_batch_times_another_devices_schedules_again(first_batch, tmp_path):
+    """`pack --replay`: the schedules another device's dataset measured of the workloads, built
+    again to be timed on this batch's device, each with its record's round and origin; once
+    part of them is ingested into the new dataset, the next replay packs only the rest."""
+    import pandas as pd
+
+    dataset, batch = first_batch
+    if not os.path.isfile(os.path.join(batch, "results.jsonl")):
+        assert measure_runtime_only(batch).returncode == 0
+    run_cli("ingest", batch, "--dataset", dataset, check=True)
+    source = read_records(dataset)
+    source = source[source.status == "ok"].set_index("trace_hash")
+    mine, first = str(tmp_path / "mine"), str(tmp_path / "r1")
+    run_cli("pack", DENSE, SOFTMAX, "--replay", dataset, "--dataset", mine, "--out", first,
+            "--no-progress", check=True)
+    pending = pd.read_parquet(os.path.join(first, "pending.parquet")).set_index("trace_hash")
+    assert sorted(pending.index) == sorted(source.index)
+    columns = ["workload_key", "round", "origin", "parent_hash", "trace"]
+    assert pending[columns].sort_index().equals(source[columns].sort_index())
+
+    proc = measure_runtime_only(first)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in open(os.path.join(first, "results.jsonl")).read().splitlines()
+             if not json.loads(line)["retry"]]
+    head = str(tmp_path / "head.jsonl")
+    with open(head, "w") as handle:
+        handle.write("\n".join(lines[:3]) + "\n")
+    run_cli("ingest", first, "--dataset", mine, "--results", head, check=True)
+    second = str(tmp_path / "r2")
+    run_cli("pack", DENSE, SOFTMAX, "--replay", dataset, "--dataset", mine, "--out", second,
+            "--no-progress", check=True)
+    rest = pd.read_parquet(os.path.join(second, "pending.parquet"))
+    assert sorted(rest.trace_hash) == sorted(set(source.index) - set(read_records(mine).trace_hash))
+    assert len(rest) == len(source) - 3
+
+    run_cli("ingest", first, "--dataset", mine, check=True)
+    out = ["--dataset", mine, "--out", str(tmp_path / "r3"), "--no-progress"]
+    assert_clean_error(run_cli("pack", DENSE, SOFTMAX, "--replay", dataset, *out),
+                       "nothing to pack")
+    assert_clean_error(run_cli("pack", "dense/m16_n16_k16", "--replay", dataset, *out),
+                       "holds no measured record of dense/m16_n16_k16")
+    assert_clean_error(run_cli("pack", DENSE, "--replay", dataset, "--target",
+                               "nvidia/nvidia-h100", "--dataset", str(tmp_path / "gpu"),
+                               "--out", str(tmp_path / "r3"), "--no-progress"),
+                       "of another target")
+    assert not (tmp_path / "r3").exists()
+
+
 def test_pack_into_an_existing_folder_is_one_line(tmp_path):
     (tmp_path / "b").mkdir()
     assert_clean_error(run_cli("pack", DENSE, "--dataset", str(tmp_path / "ds"), "--out",

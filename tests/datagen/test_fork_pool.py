@@ -5,7 +5,7 @@ a fresh worker, errors come back as text, and a worker is recycled after its use
 import os
 import time
 
-from datagen.fork_pool import ERROR, OK, TIMEOUT, ForkPool
+from datagen.fork_pool import ERROR, FORK_SAFE_ENV, OK, TIMEOUT, ForkPool
 
 
 def test_workers_take_the_callers_environment_folder_and_cores(tmp_path, monkeypatch):
@@ -27,6 +27,34 @@ def test_workers_take_the_callers_environment_folder_and_cores(tmp_path, monkeyp
     finally:
         pool.shutdown()
     assert pool.pids() == []
+
+
+def _server_state() -> tuple[dict, bool]:
+    """In a worker: the environment its server started with, and whether importing TVM there
+    loaded tvm_ffi's torch extension (the import that asks a CUDA torch for the GPU)."""
+    import sys
+
+    with open(f"/proc/{os.getppid()}/environ", "rb") as handle:
+        environ = dict(entry.decode().split("=", 1) for entry in handle.read().split(b"\0")
+                       if b"=" in entry)
+    return environ, hasattr(sys.modules["tvm_ffi._optional_torch_c_dlpack"], "_LIB")
+
+
+def test_the_server_imports_tvm_without_starting_cuda(monkeypatch):
+    """On a GPU host, workers forked from a server that started CUDA fail every build and
+    device query ("initialization error"): the server imports TVM with tvm_ffi's torch
+    extension off and torch's CUDA check on NVML. The workers fork from that server, so they
+    hold its modules as imported there."""
+    for name in FORK_SAFE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    pool = ForkPool(1, 60)
+    try:
+        (status, (environ, loaded)), = pool.map(_server_state, [()])
+    finally:
+        pool.shutdown()
+    assert status == OK
+    assert {name: environ.get(name) for name in FORK_SAFE_ENV} == FORK_SAFE_ENV
+    assert not loaded
 
 
 def test_a_job_past_its_limit_is_killed_and_the_next_gets_a_fresh_worker():

@@ -1,0 +1,93 @@
+"""bench/gpu_host.sh, the GPU host's side of a short stretch, rehearsed with the CPU standing in
+for the GPU: a kit made by hand as `kit` makes it (the runtime bundle, the compiler in two
+pieces, a packed batch), `measure` timing the batch with the runtime alone, `tune` joining the
+compiler and starting the tuning bench, and the order of the two refused in one line."""
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from conftest import CLI_TIMEOUT_SEC, needs_no_gpu, run_cli
+
+pytestmark = pytest.mark.slow
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "bench", "gpu_host.sh")
+
+
+def host(*args: str, host_dir) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GPU_HOST_DIR": str(host_dir), "PYTHON": sys.executable}
+    return subprocess.run(["bash", SCRIPT, *args], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=CLI_TIMEOUT_SEC)
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory):
+    """kit/measure and kit/tune as `gpu_host.sh kit` lays them out, and the packed batch."""
+    import tvm
+
+    root = tmp_path_factory.mktemp("kit")
+    batch = root / "b1"
+    run_cli("pack", "dense/m32_n32_k32", "--dataset", str(root / "ds"), "--out", str(batch),
+            "--per-workload", "4", "--batch-size", "4", "--repeat", "2", "--min-repeat-ms", "1",
+            "--no-progress", check=True)
+    measure, tune = root / "kit" / "measure", root / "kit" / "tune"
+    measure.mkdir(parents=True)
+    tune.mkdir()
+    run_cli("runtime-bundle", str(measure / "tvm-runtime.tar.xz"), check=True)
+    with tarfile.open(measure / "batch.tar.xz", "w:xz") as tar:
+        tar.add(batch / "manifest.json", arcname="b1/manifest.json")
+        tar.add(batch / "artifacts", arcname="b1/artifacts")
+    compiler = os.path.join(os.path.dirname(tvm.__file__), "lib", "libtvm_compiler.so")
+    packed = subprocess.run(["xz", "-0", "-T0", "-c", compiler], capture_output=True,
+                            check=True).stdout
+    half = len(packed) // 2
+    (measure / "compiler.xz.00").write_bytes(packed[:half])
+    (tune / "compiler.xz.01").write_bytes(packed[half:])
+    return root, compiler
+
+
+@needs_no_gpu
+def test_measure_then_tune_on_one_host(kit, tmp_path):
+    root, compiler = kit
+    host_dir = tmp_path / "host"
+    proc = host("tune", str(root / "kit" / "tune"), str(tmp_path / "r"), "60", host_dir=host_dir)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: no compiler piece kept on this host: run measure first, on the same host"]
+
+    proc = host("measure", str(root / "kit" / "measure"), str(tmp_path / "r1"),
+                host_dir=host_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "measured 4 of 4 candidates" in proc.stdout
+    run_cli("ingest", str(root / "b1"), "--dataset", str(root / "ds"), "--results",
+            str(tmp_path / "r1" / "results.jsonl"), check=True)
+    # the runtime alone measured: the host's tvm package has no compiler until `tune`
+    site_lib = host_dir / "site" / "tvm" / "lib"
+    assert not (site_lib / "libtvm_compiler.so").exists()
+
+    # tune joins the compiler again and runs the tuning bench, which on this CPU host refuses
+    # the GPU part in one line; what it wrote comes back as RESULTS/tuning.tar.xz
+    proc = host("tune", str(root / "kit" / "tune"), str(tmp_path / "r2"), "300",
+                host_dir=host_dir)
+    assert proc.returncode == 1
+    assert "needs a cuda device and this host has none" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    with open(site_lib / "libtvm_compiler.so", "rb") as joined, open(compiler, "rb") as orig:
+        assert joined.read() == orig.read()
+    assert (tmp_path / "r2" / "tuning.tar.xz").is_file()
+    # run from the source tree, the checkpoints are importable as their package
+    assert os.path.islink(os.path.join(ROOT, "costmodel", "checkpoints"))
+    shutil.rmtree(host_dir)
+
+
+def test_usage_and_a_kit_folder_that_exists_are_one_line(tmp_path):
+    proc = host("deploy", host_dir=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: usage: gpu_host.sh")
+    proc = host("kit", str(tmp_path), str(tmp_path), host_dir=tmp_path)
+    assert proc.returncode == 2
+    assert "is not a packed batch" in proc.stderr
