@@ -14,7 +14,9 @@ The third way to measure, beside this host (`datagen collect`) and an RPC tracke
 draws them, builds the candidates here as shared libraries, and writes the batch folder:
 `manifest.json` (what the measuring side needs), `artifacts/` and `pending.parquet` (the
 records, waiting for their measurements). A batch packed before the last one is ingested names
-it with `--after`, so that it draws around that batch's candidates rather than the same ones. `datagen.batch_measure` appends one line per
+it with `--after`, so that it draws around that batch's candidates rather than the same ones.
+`--replay DATASET` draws nothing: it builds again the schedules another device's dataset of the
+same target measured, so that this batch's device times the same programs. `datagen.batch_measure` appends one line per
 candidate to `results.jsonl`, resumably. `ingest` turns the results into records, one shard
 per call, and is idempotent: a candidate the dataset already holds is skipped, so ingesting
 twice (or a partly measured batch, then the rest) never duplicates anything. Results of

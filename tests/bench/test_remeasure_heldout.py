@@ -37,9 +37,13 @@ def test_a_held_out_task_is_measured_here_scored_and_resumed(tmp_path):
     assert len(line["here"]) == len(line["trace_hash"]) == 32
     rounds = np.array([r for r in line["here"] if r is not None])
     assert len(rounds) >= 30 and (rounds > 0).all() and rounds.shape[1] == 2
-    # the two rounds time the same programs on the same machine: they rank them alike (their
-    # ratio is not checked: a test beside this one, on the other worker, slows either round)
-    assert kendalltau(rounds[:, 0], rounds[:, 1]).statistic > 0.5
+    # the two rounds time the same programs on the same machine: their log-latencies go
+    # together (their ratio and their order among near-ties are not checked: a test beside
+    # this one, on the other worker, slows either round, once to a Kendall tau of 0.44; the
+    # correlation is about 0.97 beside a busy core, 0.81 or more with a random 30% of one
+    # round 2.5 times slower, and above 0.7 once in a thousand for the rounds paired at random)
+    logs = np.log(rounds)
+    assert np.corrcoef(logs[:, 0], logs[:, 1])[0, 1] > 0.7
     summary = json.load(open(os.path.join(out, "summary.json")))
     assert summary["records"] == len(rounds)
     assert os.path.getsize(os.path.join(out, "remeasure.png")) > 0
