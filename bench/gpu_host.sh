@@ -17,7 +17,8 @@
 # keeps every pair finished before. BENCH_ARGS replace the default tuning arguments (with
 # `--out` added): on a CPU the rehearsal passes a command that runs there.
 # A package the host lacks is installed from the kit's wheels into the host's temporary site;
-# one it has is used as it is. Exit status: the measuring's or the bench's (2 for a lost device).
+# one it has is used as it is. Exit status: the measuring's or the bench's (2 for a lost device);
+# 2 with one line for a step stopped at its SECONDS, what it finished kept.
 set -euo pipefail
 shopt -s nullglob  # a kit without wheels installs none
 
@@ -29,6 +30,7 @@ TUNE_ARGS=(--parts gpu --target nvidia/nvidia-h100 --seeds 0 --trials 64
            --tuners bo ms-xgb-pretrained ms-default --jobs 6)
 
 die() { echo "error: $*" >&2; exit 2; }
+timed_out() { [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; }  # timeout's statuses: stopped, killed
 
 # wheel names to import names: install a carried wheel only where the host lacks its package
 install_missing() {
@@ -117,7 +119,7 @@ measure() {
         "$PYTHON" -m datagen.batch_measure "$batch" || rc=$?
     kill "$copier" 2>/dev/null || true
     cp "$batch/results.jsonl" "$results/results.jsonl" 2>/dev/null || true
-    [ $rc -ne 124 ] || echo "stopped after $seconds s: the same command goes on from here"
+    timed_out $rc && die "stopped after $seconds s: every line measured is in $results/results.jsonl and in the batch; on this host the same command goes on from there"
     return $rc
 }
 
@@ -141,7 +143,7 @@ tune() {
         "$PYTHON" bench/tuning_vs_metaschedule.py "${args[@]}" --out "$HOST_DIR/results" || rc=$?
     kill "$copier" 2>/dev/null || true
     snapshot "$HOST_DIR/results" "$results/tuning.tar.xz"
-    [ $rc -ne 124 ] || echo "stopped after $seconds s: the pairs finished before are kept"
+    timed_out $rc && die "stopped after $seconds s: the pairs and runs finished before are in $results/tuning.tar.xz; on this host the same command goes on from them"
     return $rc
 }
 

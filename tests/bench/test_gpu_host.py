@@ -60,6 +60,13 @@ def test_measure_then_tune_on_one_host(kit, tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "error: no compiler piece kept on this host: run measure first, on the same host"]
 
+    # a step stopped at its time limit: one line, exit status 2, what it measured kept
+    proc = host("measure", str(root / "kit" / "measure"), str(tmp_path / "r0"), "1",
+                host_dir=tmp_path / "stopped")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: stopped after 1 s: every "
+                                                           "line measured is in")
+
     proc = host("measure", str(root / "kit" / "measure"), str(tmp_path / "r1"),
                 host_dir=host_dir)
     assert proc.returncode == 0, proc.stdout + proc.stderr
