@@ -69,6 +69,17 @@ def _run_here(module: str, func: str, prog: str, args: list[str]) -> subprocess.
 BENCH_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
 
 
+def bench_module(script: str):
+    """The bench script `script` (bench/ is no package) as a module, loaded from its file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(os.path.splitext(script)[0],
+                                                  os.path.join(BENCH_DIR, script))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_bench(script: str, *args: str, cwd=None, isolated: bool = False,
               timeout: float = CLI_TIMEOUT_SEC) -> subprocess.CompletedProcess:
     """Run `python bench/SCRIPT ARGS...` (in `cwd`), returning the finished process.

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import CONFIG, another_cpu_copy, assert_clean_error, run_bench
+from conftest import CONFIG, another_cpu_copy, assert_clean_error, bench_module, run_bench
 from costmodel.blend import blend
 from costmodel.metrics import kendall_tau, top_k_score
 from costmodel.predictor import CostModelPredictor
@@ -135,12 +135,7 @@ def test_the_ablation_bench_scores_variants_ensembles_and_a_baseline_and_resumes
 
 
 def _ablations():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("ablations", BENCH)
-    ablations = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ablations)
-    return ablations
+    return bench_module("ablations.py")
 
 
 def test_the_trees_fit_the_joint_datasets_records_beside_the_networks(tiny_config,

@@ -1,18 +1,14 @@
 """bench/blend_weight.py: the rule that chooses the blend weight on out-of-distribution
 validation workloads, and its bad input (its real run: bench/results/ood/blend-weight)."""
 
-import importlib.util
 import json
 import shutil
 
-from conftest import BENCH_DIR, assert_clean_error, run_bench
+from conftest import assert_clean_error, bench_module, run_bench
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("blend_weight", f"{BENCH_DIR}/blend_weight.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("blend_weight.py")
 
 
 def _curve(top1: dict, tau: float = 0.3) -> dict:

@@ -1,6 +1,5 @@
 """bench/collect_vs_tune_tir.py: tune_tir stopped at its cap yields a bound, not a crash."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -9,16 +8,13 @@ import time
 
 import pytest
 
-from conftest import CLI_TIMEOUT_SEC
+from conftest import CLI_TIMEOUT_SEC, bench_module
 
 BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "collect_vs_tune_tir.py")
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("collect_vs_tune_tir", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("collect_vs_tune_tir.py")
 
 
 def alive(pid: int) -> bool:

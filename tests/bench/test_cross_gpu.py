@@ -2,12 +2,11 @@
 committed H100 dataset and the H200's measurements of its held-out workloads); two datasets of
 one device, or with no schedule in common, are refused in one line."""
 
-import importlib.util
 import os
 
 import pytest
 
-from conftest import BENCH_DIR, run_bench
+from conftest import BENCH_DIR, bench_module, run_bench
 from datagen.errors import UserError
 
 ROOT = os.path.dirname(BENCH_DIR)
@@ -15,12 +14,7 @@ H100, H200 = os.path.join(ROOT, "data", "cuda-h100"), os.path.join(ROOT, "data",
 
 
 def load():
-    """The bench script as a module (bench/ is no package)."""
-    spec = importlib.util.spec_from_file_location("cross_gpu",
-                                                  os.path.join(BENCH_DIR, "cross_gpu.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("cross_gpu.py")
 
 
 def test_the_same_schedules_are_joined_across_gpus():

@@ -9,20 +9,14 @@ import types
 import pytest
 import torch
 
-from conftest import BENCH_DIR, run_bench, run_cli
+from conftest import BENCH_DIR, bench_module, run_bench, run_cli
 
 
 def network_profile():
     """The bench script as a module (bench/ is no package; its sibling scripts importable)."""
-    import importlib.util
-
     if BENCH_DIR not in sys.path:
         sys.path.insert(0, BENCH_DIR)
-    spec = importlib.util.spec_from_file_location(
-        "network_profile", os.path.join(BENCH_DIR, "network_profile.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("network_profile.py")
 
 
 def test_a_tuned_network_timed_kernel_by_kernel(tmp_path):

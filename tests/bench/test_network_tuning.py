@@ -7,18 +7,12 @@ import os
 
 import pytest
 
-from conftest import BENCH_DIR, run_bench
+from conftest import bench_module, run_bench
 
 
 def network_tuning():
     """The bench's sibling module, loaded from its file (bench/ is no package)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "network_tuning", os.path.join(BENCH_DIR, "network_tuning.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("network_tuning.py")
 
 
 def pair(network, seed, per_task, latency_us, walls=None):

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import BENCH_DIR, assert_clean_error, run_bench, run_cli
+from conftest import BENCH_DIR, assert_clean_error, bench_module, run_bench, run_cli
 from costmodel import checkpoint, featurize
 from costmodel.evaluate import score
 from costmodel.metrics import kendall_tau, top_k_score
@@ -34,13 +34,7 @@ def transfer(args: list[str], cwd) -> subprocess.CompletedProcess:
 
 
 def _transfer_bench():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("transfer",
-                                                  os.path.join(BENCH_DIR, "transfer.py"))
-    transfer = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(transfer)
-    return transfer
+    return bench_module("transfer.py")
 
 
 def scoring_side(args):
