@@ -26,7 +26,8 @@ from datagen.errors import UserError, output_folder
 from datagen.records import read_records
 from datagen.tvm_env import make_target
 from costmodel.splits import (OUT_OF_DISTRIBUTION, RECORD_COLUMNS, check_one_target,
-                              record_networks, records_trained_on, split_workloads, usable)
+                              joint_entries, record_networks, records_trained_on,
+                              split_workloads, usable)
 from costmodel.metrics import all_metrics, kendall_tau
 
 GRAPHSAGE = "graphsage"
@@ -167,8 +168,14 @@ def choose_sides(meta: dict, frame: pd.DataFrame, split: str | None, test_fracti
 
     Naming test families (networks) without a split means the family (network) split. The
     cross-suite split keeps the checkpoint's training and validation workloads and tests on
-    every other workload of `frame` (the other suite's records).
+    every other workload of `frame` (the other suite's records). The all split of records of a
+    target that trained nothing of the checkpoint (another CPU's) tests on every workload of
+    them: the checkpoint zero-shot on that target.
     """
+    trained = {meta.get("target"), *(j.get("target") for j in joint_entries(meta))}
+    if split == "all" and frame.target.iloc[0] not in trained:
+        return split, {"train": [], "val": [],
+                       "test": sorted(set(map(str, frame.workload_key)))}
     if split is None:
         split = "family" if test_families else "network" if test_networks else None
     if split == "cross-suite":
@@ -301,10 +308,13 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
     if test.empty and split == "all":
         raise UserError(f"{checkpoints[0]} was trained on every workload (split all) and has "
                         "none held out; evaluate it with --split shapes, family or network on "
-                        "a dataset it did not train on, or evaluate a checkpoint of that split")
-    if test.empty or train.empty:
+                        "a dataset it did not train on, with --split all on another target's "
+                        "records, or evaluate a checkpoint of that split")
+    if test.empty or (train.empty and names):
         raise UserError(f"the {split} split leaves {'test' if test.empty else 'train'} empty "
-                        f"in {dataset}")
+                        f"in {dataset}" + ("" if test.empty else
+                                           ": the baselines have nothing to train on; add "
+                                           "--no-baseline to score the checkpoint alone"))
     own = sides == meta["sides"] or split == "cross-suite"
     fits = baseline_training(predictors, train, own, checkpoints,
                              train_dataset or dataset) if names else []

@@ -87,6 +87,23 @@ def test_evaluation_sides_follow_what_is_asked():
                                       for k in sides["test"])
 
 
+def test_the_all_split_of_another_targets_records_scores_every_workload():
+    """A model of one CPU, zero-shot on another's records: no record of that target trained
+    it, so `--split all` tests on every workload; on a target it trained on (its own or a
+    joint dataset's) the all split holds nothing out, as before."""
+    data = frame()
+    own = split_workloads(data, "all", 0.2, [], 0.2, 0)
+    other = data.assign(target='{"kind": "llvm", "mcpu": "znver5"}')
+    meta = {"split": "all", "sides": own, "target": '{"kind": "llvm", "mcpu": "znver4"}'}
+    split, sides = choose_sides(meta, other, "all", 0.2, None, None, 0)
+    assert split == "all" and sides["test"] == sorted(set(data.workload_key))
+    assert sides["train"] == sides["val"] == []
+    assert choose_sides(meta, data.assign(target=meta["target"]), "all", 0.2, None, None,
+                        0) == ("all", own)
+    joint = {**meta, "joint": [{"dataset": "data/b", "target": other.target.iloc[0]}]}
+    assert choose_sides(joint, other, "all", 0.2, None, None, 0) == ("all", own)
+
+
 def test_records_of_several_targets_are_refused():
     from costmodel.splits import check_one_target
 
