@@ -60,13 +60,10 @@ def joined(dataset: str, reference: str) -> pd.DataFrame:
 
 def agreement(frame: pd.DataFrame) -> dict:
     """The two GPUs' labels of the same schedules against each other, workload by workload."""
-    from costmodel.metrics import all_metrics
-
     ours = frame.latency_median.to_numpy(float)
     theirs = frame.reference_latency.to_numpy(float)
-    both = all_metrics(frame.workload_key, ours, theirs, frame.workload_weight)
     ratio = pd.Series(np.log(ours / theirs)).groupby(frame.workload_key.to_numpy()).mean()
-    return {"reference_ranks_device": {k: both[k] for k in METRICS},
+    return {"reference_ranks_device": _metrics(frame, "latency_median", theirs),
             "latency_ratio_geomean": float(np.exp(ratio.mean())),
             "latency_ratio_per_workload": {k: float(np.exp(v)) for k, v in ratio.items()}}
 

@@ -3,7 +3,7 @@
 # network: everything is built here first and carried there as a kit, in two parts that each fit
 # one transfer (the compiler library alone is 59 MB as xz, so it travels in two pieces).
 #
-#   here:               bash bench/gpu_host.sh kit BATCH KIT      # BATCH: from datagen pack
+#   here:               bash bench/gpu_host.sh kit BATCH KIT [EARLIER]  # BATCH: from datagen pack
 #   GPU host, first:    bash bench/gpu_host.sh measure KIT/measure RESULTS [SECONDS]
 #   GPU host, second:   bash bench/gpu_host.sh tune KIT/tune RESULTS SECONDS [BENCH_ARGS...]
 #   here:               datagen ingest BATCH --results RESULTS/results.jsonl --dataset DATASET
@@ -14,8 +14,11 @@
 # from what was measured); `tune`, on the same host, joins the compiler again and
 # runs the tuning bench's part gpu for at most SECONDS, its finished pairs (and the runs'
 # databases) written to RESULTS/tuning.tar.xz every 20 s and at the end, so a stretch cut short
-# keeps every pair finished before. BENCH_ARGS replace the default tuning arguments (with
-# `--out` added): on a CPU the rehearsal passes a command that runs there.
+# keeps every pair finished before. EARLIER, a folder holding an earlier stretch's unpacked
+# `tuning-gpu/` (its pairs and finished runs, measured on the same kind of GPU), travels in the
+# kit and is where `tune` starts from, so a comparison goes on over several stretches.
+# BENCH_ARGS replace the default tuning arguments (with `--out` added): on a CPU the rehearsal
+# passes a command that runs there.
 # A package the host lacks is installed from the kit's wheels into the host's temporary site;
 # one it has is used as it is. Exit status: the measuring's or the bench's (2 for a lost device);
 # 2 with one line for a step stopped at its SECONDS, what it finished kept.
@@ -68,8 +71,9 @@ EOF
 }
 
 kit() {
-    local batch=$1 out=$2 tmp
+    local batch=$1 out=$2 earlier=${3:-} tmp
     [ -f "$batch/manifest.json" ] || die "$batch is not a packed batch (no manifest.json)"
+    [ -z "$earlier" ] || [ -d "$earlier/tuning-gpu" ] || die "$earlier holds no tuning-gpu folder of an earlier stretch"
     [ ! -e "$out" ] || die "$out exists: give a new folder for the kit"
     tmp=$(mktemp -d "$out.tmp-XXXXXX")
     trap 'rm -rf "$tmp"' EXIT  # a kit is whole or absent
@@ -89,6 +93,7 @@ kit() {
                --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64)
     "${pip[@]}" -d "$tmp/measure/wheels" apache-tvm-ffi==0.1.14.post1
     "${pip[@]}" -d "$tmp/tune/wheels" xgboost-cpu==3.2.0 lightgbm==4.7.0
+    [ -z "$earlier" ] || tar -cJf "$tmp/tune/earlier.tar.xz" --exclude logs -C "$earlier" tuning-gpu
     mv "$tmp" "$out"
     trap - EXIT
     du -sh "$out/measure" "$out/tune"
@@ -129,6 +134,9 @@ tune() {
     [ -f "$STASH/compiler.xz.00" ] || die "no compiler piece kept on this host: run measure first, on the same host"
     [ -f "$SITE/tvm/__init__.py" ] || die "no TVM runtime unpacked on this host: run measure first"
     mkdir -p "$results" "$HOST_DIR/results"
+    if [ -f "$kit/earlier.tar.xz" ] && [ ! -d "$HOST_DIR/results/tuning-gpu" ]; then
+        tar -xJf "$kit/earlier.tar.xz" -C "$HOST_DIR/results"  # an earlier stretch's pairs and runs
+    fi
     cat "$STASH/compiler.xz.00" "$kit/compiler.xz.01" | xz -dc > "$SITE/tvm/lib/libtvm_compiler.so.tmp"
     mv "$SITE/tvm/lib/libtvm_compiler.so.tmp" "$SITE/tvm/lib/libtvm_compiler.so"
     install_missing "$kit"/wheels/*.whl
@@ -148,7 +156,8 @@ tune() {
 }
 
 case "${1:-}" in
-    kit) [ $# -eq 3 ] || die "usage: gpu_host.sh kit BATCH KIT"; kit "$2" "$3" ;;
+    kit) [ $# -eq 3 ] || [ $# -eq 4 ] || die "usage: gpu_host.sh kit BATCH KIT [EARLIER]"
+         kit "$2" "$3" "${4:-}" ;;
     measure) [ $# -eq 3 ] || [ $# -eq 4 ] || die "usage: gpu_host.sh measure KIT/measure RESULTS [SECONDS]"
              measure "$2" "$3" "${4:-0}" ;;
     tune) [ $# -ge 4 ] || die "usage: gpu_host.sh tune KIT/tune RESULTS SECONDS [BENCH_ARGS...]"

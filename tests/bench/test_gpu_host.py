@@ -78,7 +78,13 @@ def test_measure_then_tune_on_one_host(kit, tmp_path):
     assert not (site_lib / "libtvm_compiler.so").exists()
 
     # tune joins the compiler again and runs the tuning bench, which on this CPU host refuses
-    # the GPU part in one line; what it wrote comes back as RESULTS/tuning.tar.xz
+    # the GPU part in one line; it starts from an earlier stretch's results carried in the kit,
+    # and what its folder holds comes back as RESULTS/tuning.tar.xz
+    earlier = tmp_path / "earlier" / "tuning-gpu" / "pairs"
+    earlier.mkdir(parents=True)
+    (earlier / "conv2d__seed0.json").write_text("{}")
+    with tarfile.open(root / "kit" / "tune" / "earlier.tar.xz", "w:xz") as tar:
+        tar.add(tmp_path / "earlier" / "tuning-gpu", arcname="tuning-gpu")
     proc = host("tune", str(root / "kit" / "tune"), str(tmp_path / "r2"), "300",
                 host_dir=host_dir)
     assert proc.returncode == 1
@@ -86,7 +92,8 @@ def test_measure_then_tune_on_one_host(kit, tmp_path):
     assert "Traceback" not in proc.stderr
     with open(site_lib / "libtvm_compiler.so", "rb") as joined, open(compiler, "rb") as orig:
         assert joined.read() == orig.read()
-    assert (tmp_path / "r2" / "tuning.tar.xz").is_file()
+    with tarfile.open(tmp_path / "r2" / "tuning.tar.xz") as tar:
+        assert "./tuning-gpu/pairs/conv2d__seed0.json" in tar.getnames()
     # run from the source tree, the checkpoints are importable as their package
     assert os.path.islink(os.path.join(ROOT, "costmodel", "checkpoints"))
     shutil.rmtree(host_dir)
