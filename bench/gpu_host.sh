@@ -45,8 +45,11 @@ install_missing() {
             lightgbm-*) module=lightgbm ;;
             *) die "$wheel: no import name known for this wheel" ;;
         esac
-        if PYTHONPATH=$SITE "$PYTHON" -c "import $module" 2>/dev/null; then
-            echo "host has $module: $(PYTHONPATH=$SITE "$PYTHON" -c "import $module; print($module.__version__)")"
+        local version
+        version=$(PYTHONPATH=$SITE "$PYTHON" -c "import $module; print($module.__version__)" \
+                  2>/dev/null) || version=""
+        if [ -n "$version" ]; then
+            echo "host has $module: $version"
         else
             "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
                 --upgrade --target "$SITE" "$wheel" || die "$wheel does not install here"

@@ -172,8 +172,8 @@ def choose_sides(meta: dict, frame: pd.DataFrame, split: str | None, test_fracti
     target that trained nothing of the checkpoint (another CPU's) tests on every workload of
     them: the checkpoint zero-shot on that target.
     """
-    trained = {meta.get("target"), *(j.get("target") for j in joint_entries(meta))}
-    if split == "all" and frame.target.iloc[0] not in trained:
+    if split == "all" and frame.target.iloc[0] not in {
+            meta.get("target"), *(j.get("target") for j in joint_entries(meta))}:
         return split, {"train": [], "val": [],
                        "test": sorted(set(map(str, frame.workload_key)))}
     if split is None:

@@ -168,11 +168,11 @@ def replayed(cfg: CollectConfig, dataset: str, states: dict, target_text: str,
     if other:
         raise UserError(f"{dataset} holds records of another target than --target "
                         f"({len(other)} other); replay a dataset of the same target")
-    frame = frame[frame.status == OK]
+    measured = dict(tuple(frame[frame.status == OK].groupby("workload_key")))
     drawn = []
     for w in tqdm(cfg.workloads, desc="replay", unit="wl", disable=not progress):
-        rows = frame[frame.workload_key == w.key]
-        if rows.empty:
+        rows = measured.get(w.key)
+        if rows is None:
             raise UserError(f"{dataset} holds no measured record of {w.key}: replay only "
                             "workloads it measured")
         definition = w.definition()
