@@ -29,7 +29,8 @@ def _evaluate(args) -> int:
                       args.test_families, args.seed, baseline=not args.no_baseline,
                       test_networks=args.test_networks, ensemble=args.ensemble,
                       baselines=args.baselines, cache_dir=args.cache_dir,
-                      blend=not args.no_blend, train_dataset=args.train_dataset)
+                      blend=not args.no_blend, train_dataset=args.train_dataset,
+                      head=args.head)
     for name, m in report["models"].items():
         cells = ", ".join(f"{k} {v:.3f}" for k, v in m["mean"].items() if v is not None)
         print(f"{name}: {cells}")
@@ -93,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-blend", action="store_true",
                    help="score the network alone where a tree companion (NAME.lgb.npz, or "
                    "NAME.xgb.npz with a blend weight: `costmodel blend`) is beside the checkpoint")
+    p.add_argument("--head", default="auto",
+                   help="a network with a head per CPU (joint_head): auto (the head of the "
+                   "records' target, else the network's own), own, mean (every head's mean: a "
+                   "target none trained on) or a head's number (default: auto)")
     p.set_defaults(func=_evaluate)
     p = sub.add_parser("convert", help="rewrite an older-format checkpoint in the current format")
     p.add_argument("source")

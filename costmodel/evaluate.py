@@ -25,7 +25,7 @@ from costmodel.blend import TITLES
 from datagen.errors import UserError, output_folder
 from datagen.records import read_records
 from datagen.tvm_env import make_target
-from costmodel.splits import (OUT_OF_DISTRIBUTION, RECORD_COLUMNS, check_one_target,
+from costmodel.splits import (OUT_OF_DISTRIBUTION, RECORD_COLUMNS, check_one_target, head_for,
                               joint_entries, record_networks, records_trained_on,
                               split_workloads, usable)
 from costmodel.metrics import all_metrics, kendall_tau
@@ -227,12 +227,30 @@ def baseline_training(predictors: list, train: pd.DataFrame, own_sides: bool,
     return [(trained(p, c), [i]) for i, (p, c) in enumerate(zip(predictors, checkpoints))]
 
 
+HEADS = ("auto", "own", "mean")
+
+
+def choose_head(head: str, predictor, target: str) -> int | str:
+    """`--head` as `CostModelPredictor.use_head` takes it, for records of `target`: auto, the
+    head that trained on that target's records, else the network's own (0); own, 0; mean,
+    the mean of every head (a target none trained on); or a head's number."""
+    if head == "auto":
+        found = head_for(predictor.meta, target)
+        heads = min(1 + len(m.model.extra_heads) for m in predictor.members)
+        return found if found is not None and found < heads else 0
+    if head in ("own", "mean"):
+        return 0 if head == "own" else head
+    if not head.isdigit():
+        raise UserError(f"--head {head}: choose {', '.join(HEADS)} or a head's number")
+    return int(head)
+
+
 def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None = None,
              test_fraction: float = 0.2, test_families: list[str] | None = None,
              seed: int = 0, baseline: bool = True, test_networks: list[str] | None = None,
              ensemble: bool = False, baselines: list[str] | None = None,
              cache_dir: str | None = None, blend: bool = True,
-             train_dataset: str | None = None) -> dict:
+             train_dataset: str | None = None, head: str = "auto") -> dict:
     """Evaluate checkpoints (one per training seed, or all of them as one ensemble) and the
     baselines (`baselines`: names in `BASELINES`, default all; none if not `baseline`);
     write the report. With `cache_dir` (a `Featurizer` cache, as training fills), records
@@ -241,7 +259,8 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
     unless not `blend`. The cross-suite split scores every workload of `dataset` that the
     checkpoint neither trained nor validated on, and the baselines train on its training
     workloads' records in `train_dataset` (default: the checkpoint's dataset): say the network
-    tasks' model on the hand-written suite, or the reverse.
+    tasks' model on the hand-written suite, or the reverse. A network with a head per target
+    (`joint_head`) predicts with `head` (`choose_head`).
 
     Raises:
         UserError: unreadable checkpoints, an unknown baseline, a cache or `out` folder that
@@ -281,6 +300,8 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
     if frame.empty:
         raise UserError(f"{dataset} has no successfully measured records")
     check_one_target(frame, dataset)
+    for p in predictors:
+        p.use_head(choose_head(head, p, frame.target.iloc[0]))
     train_frame = frame
     if split == "cross-suite":
         train_frame, _ = usable(read_records(train_dataset, RECORD_COLUMNS))
@@ -330,6 +351,7 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
     models[GRAPHSAGE] = {"runs": len(runs), "ensemble": ensemble, "predicts_latency": latency,
                          "mean": mean, "std": std, "per_run": runs,
                          "checkpoints": [os.path.basename(c) for c in checkpoints],
+                         "head": [p.head for p in predictors],
                          "blended_with": [{"file": os.path.basename(p.companion.path),
                                            "with": p.companion.name,
                                            "weight": p.companion.weight} if p.companion else None

@@ -106,11 +106,37 @@ class CostModelPredictor:
                                 "(normalize_per_workload), the others a latency")
         self.members = members
         self.companion = companion
+        self.head: int | str = 0  # `use_head`
         flags = {view.flag: any(view.reads(m.model.architecture) for m in members)
                  for view in views.optional()}  # the views some member reads
         flags[views.STORE.flag] |= companion is not None  # LightGBM reads the store rows
         self.featurizer = featurize.Featurizer(json.loads(first.meta["target"]),
                                                cache_dir=cache_dir, **flags)
+
+    def use_head(self, head: int | str) -> None:
+        """Predict with head `head` of networks trained with a head per target
+        (`joint_head`): 0, each network's own (the default); 1, 2, ..., the head of the
+        target of its `joint_dataset` folders in that place (`head_for`); or "mean", the mean
+        of every head's standardised prediction (for a target no head trained on). Latencies
+        come out on the own target's scale whatever the head: they rank the programs of a
+        workload on the head's target.
+
+        Raises:
+            UserError: a head some member does not have.
+        """
+        if head != "mean":
+            have = min(1 + len(m.model.extra_heads) for m in self.members)
+            if not isinstance(head, int) or not 0 <= head < have:
+                raise UserError(f"head {head!r}: the checkpoint has heads 0 to {have - 1} "
+                                "(one per target it trained on) or 'mean'")
+        self.head = head
+
+    def _head(self, model, emb: torch.Tensor) -> torch.Tensor:
+        """`model`'s standardised prediction from its embedding with the head in use."""
+        heads = [model.head, *model.extra_heads]
+        if self.head == "mean":
+            return torch.stack([h(emb).squeeze(-1) for h in heads]).mean(dim=0)
+        return heads[self.head](emb).squeeze(-1)
 
     @property
     def meta(self) -> dict:
@@ -292,8 +318,7 @@ class CostModelPredictor:
                 device = next(m.model.parameters()).device
                 batch = Batch.from_data_list([m.normalization.data(g) for g in chunk]).to(device)
                 emb = m.model.embed(*batch_inputs(m.model, batch))
-                logs.append(m.normalization.log_latency(m.model.head(emb).squeeze(-1),
-                                                        batch.offset))
+                logs.append(m.normalization.log_latency(self._head(m.model, emb), batch.offset))
                 embs.append(emb.detach().cpu().numpy())
             log_seconds.append(np.mean(logs, axis=0))
             embeddings.append(np.concatenate(embs, axis=1))

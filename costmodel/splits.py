@@ -265,6 +265,17 @@ def joint_entries(meta: dict) -> list[dict]:
     return [joint] if isinstance(joint, dict) else list(joint)
 
 
+def head_for(meta: dict, target: str) -> int | None:
+    """Which head of a checkpoint (`meta`: its description) trained on the records of `target`
+    (a target's JSON) in a network with a head per target (`joint_head`): 0 for its own target,
+    1 + the place of `target` among its `joint_dataset` folders' targets (the order in which
+    `costmodel.data_module.joint_records` gave them heads); None if none trained on it."""
+    if target == meta.get("target"):
+        return 0
+    targets = list(dict.fromkeys(j.get("target") for j in joint_entries(meta)))
+    return 1 + targets.index(target) if target in targets else None
+
+
 def records_trained_on(frame: pd.DataFrame, meta: dict, checkpoint_path: str,
                        folder: str) -> pd.DataFrame:
     """`frame`, the usable records of a checkpoint's training workloads in `folder`, cut to

@@ -570,6 +570,28 @@ def test_several_joint_datasets_train_a_head_per_target(tiny_dataset, tmp_path):
     assert not torch.allclose(other, heads3.model.head(emb).squeeze(-1))
     predicted = CostModelPredictor.load(path).predict_graphs(graphs)
     np.testing.assert_allclose(np.log(predicted), expected, rtol=1e-4)
+    # each target's records are scored with the head that trained on them, a CPU none
+    # trained on with the network's own or every head's mean (`costmodel evaluate --head`)
+    from costmodel.evaluate import choose_head
+    from costmodel.splits import head_for
+
+    unseen = json.dumps({"kind": "llvm", "mcpu": "unseen-cpu"})
+    assert [head_for(heads3.meta, t) for t in (data.target, *data.joint_targets)] == [0, 1, 2]
+    assert head_for(heads3.meta, unseen) is None
+    predictor = CostModelPredictor.load(path)
+    assert [choose_head("auto", predictor, t) for t in (*data.joint_targets, unseen)] == [1, 2, 0]
+    assert [choose_head(h, predictor, unseen) for h in ("own", "mean", "2")] == [0, "mean", 2]
+    with torch.no_grad():
+        each = [h(emb).squeeze(-1) for h in [heads3.model.head, *heads3.model.extra_heads]]
+    for head, standardised in ((1, each[1]), (2, each[2]), ("mean", torch.stack(each).mean(0))):
+        predictor.use_head(head)
+        np.testing.assert_allclose(np.log(predictor.predict_graphs(graphs)),
+                                   heads3.normalization.log_latency(standardised, batch.offset),
+                                   rtol=1e-4)
+    with pytest.raises(UserError, match=r"head 3: the checkpoint has heads 0 to 2 \(one per "):
+        predictor.use_head(3)
+    with pytest.raises(UserError, match="--head first: choose auto, own, mean or a head's"):
+        choose_head("first", predictor, unseen)
 
 
 # -- self-training: a teacher's predicted latencies for the records a share leaves out -------
