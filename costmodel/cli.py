@@ -96,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
                    "NAME.xgb.npz with a blend weight: `costmodel blend`) is beside the checkpoint")
     p.add_argument("--head", default="auto",
                    help="a network with a head per CPU (joint_head): auto (the head of the "
-                   "records' target, else the network's own), own, mean (every head's mean: a "
-                   "target none trained on) or a head's number (default: auto)")
+                   "records' target, or every head's mean for a target none trained on), own, "
+                   "mean or a head's number (default: auto)")
     p.set_defaults(func=_evaluate)
     p = sub.add_parser("convert", help="rewrite an older-format checkpoint in the current format")
     p.add_argument("source")

@@ -232,12 +232,16 @@ HEADS = ("auto", "own", "mean")
 
 def choose_head(head: str, predictor, target: str) -> int | str:
     """`--head` as `CostModelPredictor.use_head` takes it, for records of `target`: auto, the
-    head that trained on that target's records, else the network's own (0); own, 0; mean,
-    the mean of every head (a target none trained on); or a head's number."""
+    head that trained on that target's records, or for a target none trained on the mean of
+    every head (a CPU's zero-shot ranking: chosen on CPU records no head trained on,
+    bench/README.md "Cost model v3 on four CPUs"); own, the network's own (0); mean; or a
+    head's number."""
     if head == "auto":
-        found = head_for(predictor.meta, target)
         heads = min(1 + len(m.model.extra_heads) for m in predictor.members)
-        return found if found is not None and found < heads else 0
+        found = head_for(predictor.meta, target)
+        if heads == 1:
+            return 0
+        return found if found is not None and found < heads else "mean"
     if head in ("own", "mean"):
         return 0 if head == "own" else head
     if not head.isdigit():
