@@ -242,8 +242,10 @@ def choose_head(head: str, predictor, target: str) -> int | str:
         if heads == 1:
             return 0
         return found if found is not None and found < heads else "mean"
-    if head in ("own", "mean"):
-        return 0 if head == "own" else head
+    if head == "own":
+        return 0
+    if head == "mean":
+        return head
     if not head.isdigit():
         raise UserError(f"--head {head}: choose {', '.join(HEADS)} or a head's number")
     return int(head)
