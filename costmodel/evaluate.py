@@ -26,8 +26,8 @@ from datagen.errors import UserError, output_folder
 from datagen.records import read_records
 from datagen.tvm_env import make_target
 from costmodel.splits import (OUT_OF_DISTRIBUTION, RECORD_COLUMNS, check_one_target, head_for,
-                              joint_entries, record_networks, records_trained_on,
-                              split_workloads, usable)
+                              joint_entries, leave_out_joint_workloads, record_networks,
+                              records_trained_on, split_workloads, usable)
 from costmodel.metrics import all_metrics, kendall_tau
 
 GRAPHSAGE = "graphsage"
@@ -127,7 +127,10 @@ def _markdown(report: dict) -> str:
              + (f"; networks {', '.join(report['test_networks'])}"
                 if report.get("test_networks") else "") + "), "
              f"{report['test_records']} records; trained on {report['train_workloads']} "
-             "workloads.", "", "| model | " + " | ".join(metrics) + " |",
+             "workloads" + (f"; {report['left_out_joint_workloads']} workloads left out, which "
+                            "a joint dataset of the checkpoint holds"
+                            if report.get("left_out_joint_workloads") else "") + ".",
+             "", "| model | " + " | ".join(metrics) + " |",
              "|---" * (len(metrics) + 1) + "|"]
     for name in names:
         m, s = report["models"][name]["mean"], report["models"][name]["std"]
@@ -266,7 +269,9 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
     checkpoint neither trained nor validated on, and the baselines train on its training
     workloads' records in `train_dataset` (default: the checkpoint's dataset): say the network
     tasks' model on the hand-written suite, or the reverse. A network with a head per target
-    (`joint_head`) predicts with `head` (`choose_head`).
+    (`joint_head`) predicts with `head` (`choose_head`). Records of another target than the
+    checkpoint's own are scored without the workloads its joint datasets hold
+    (`leave_out_joint_workloads`), before any split.
 
     Raises:
         UserError: unreadable checkpoints, an unknown baseline, a cache or `out` folder that
@@ -308,6 +313,12 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
     check_one_target(frame, dataset)
     for p in predictors:
         p.use_head(choose_head(head, p, frame.target.iloc[0]))
+    trained_elsewhere = 0  # workloads of these records the joint datasets hold
+    if frame.target.iloc[0] != meta["target"] and joint_entries(meta):
+        frame, trained_elsewhere = leave_out_joint_workloads(frame, meta)
+        if frame.empty:
+            raise UserError(f"every workload of {dataset} trained the checkpoint in a joint "
+                            "dataset (on another target): none is left to score it on")
     train_frame = frame
     if split == "cross-suite":
         train_frame, _ = usable(read_records(train_dataset, RECORD_COLUMNS))
@@ -378,7 +389,7 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
               "test_families": test_fams,
               "test_networks": sorted(set().union(*(record_networks(n) for n in test.network))),
               "train_workloads": len(sides["train"]), "test_workloads": len(sides["test"]),
-              "test_records": len(test),
+              "test_records": len(test), "left_out_joint_workloads": trained_elsewhere,
               "baseline_train_records": [len(records) for records, _ in fits], "models": models}
     report["plots"] = [os.path.basename(f) for f in _plots(test, preds, out, latency)]
     with open(os.path.join(out, "report.json"), "w") as f:

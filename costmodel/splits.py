@@ -276,6 +276,29 @@ def head_for(meta: dict, target: str) -> int | None:
     return 1 + targets.index(target) if target in targets else None
 
 
+def leave_out_joint_workloads(frame: pd.DataFrame, meta: dict) -> tuple[pd.DataFrame, int]:
+    """`frame`, records of another target than a checkpoint's own (`meta`: its description),
+    less every workload that a `joint_dataset` folder of the checkpoint holds: a program it
+    may have trained on, measured on another CPU, is no zero-shot test. Also how many
+    workloads were left out.
+
+    Raises:
+        UserError: a joint folder that is not here to read.
+    """
+    from datagen.records import read_records
+
+    keys: set = set()
+    for entry in joint_entries(meta):
+        folder = entry["dataset"]
+        if not os.path.isdir(folder):
+            raise UserError(f"{folder}, which trained the checkpoint beside its own dataset, is "
+                            "not here: the programs it trained on cannot be left out of another "
+                            "target's records; evaluate from the folder that holds it")
+        keys |= set(read_records(folder, ["workload_key"]).workload_key)
+    held = frame.workload_key.isin(keys)
+    return frame[~held].reset_index(drop=True), int(frame.workload_key[held].nunique())
+
+
 def records_trained_on(frame: pd.DataFrame, meta: dict, checkpoint_path: str,
                        folder: str) -> pd.DataFrame:
     """`frame`, the usable records of a checkpoint's training workloads in `folder`, cut to

@@ -593,6 +593,25 @@ def test_several_joint_datasets_train_a_head_per_target(tiny_dataset, tmp_path):
         predictor.use_head(3)
     with pytest.raises(UserError, match="--head first: choose auto, own, mean or a head's"):
         choose_head("first", predictor, unseen)
+    # another target's records are scored without the programs the joint datasets trained on
+    from costmodel.evaluate import evaluate
+    from costmodel.splits import leave_out_joint_workloads
+    from datagen.records import read_records
+
+    theirs = read_records(a, RECORD_COLUMNS)
+    kept, left = leave_out_joint_workloads(theirs, heads3.meta)
+    assert kept.empty and left == theirs.workload_key.nunique() == 3
+    gpu_only = {**heads3.meta, "joint": [j for j in heads3.meta["joint"]
+                                         if j["dataset"] == GPU_DATASET]}
+    kept, left = leave_out_joint_workloads(theirs, gpu_only)  # no tiny program on the H100
+    assert len(kept) == len(theirs) and left == 0
+    gone = {**heads3.meta, "joint": [{**heads3.meta["joint"][0], "dataset": str(tmp_path / "x")}]}
+    with pytest.raises(UserError, match=r"x, which trained the checkpoint beside its own "
+                                        "dataset, is not here"):
+        leave_out_joint_workloads(theirs, gone)
+    with pytest.raises(UserError, match="every workload of .* trained the checkpoint in a joint "
+                                        "dataset"):
+        evaluate([path], a, str(tmp_path / "eval"), split="all", baseline=False)
 
 
 # -- self-training: a teacher's predicted latencies for the records a share leaves out -------
