@@ -26,8 +26,8 @@ from datagen.errors import UserError, output_folder
 from datagen.records import read_records
 from datagen.tvm_env import make_target
 from costmodel.splits import (OUT_OF_DISTRIBUTION, RECORD_COLUMNS, check_one_target, head_for,
-                              joint_entries, leave_out_joint_workloads, record_networks,
-                              records_trained_on, split_workloads, usable)
+                              leave_out_joint_workloads, record_networks, records_trained_on,
+                              split_workloads, usable)
 from costmodel.metrics import all_metrics, kendall_tau
 
 GRAPHSAGE = "graphsage"
@@ -175,8 +175,7 @@ def choose_sides(meta: dict, frame: pd.DataFrame, split: str | None, test_fracti
     target that trained nothing of the checkpoint (another CPU's) tests on every workload of
     them: the checkpoint zero-shot on that target.
     """
-    if split == "all" and frame.target.iloc[0] not in {
-            meta.get("target"), *(j.get("target") for j in joint_entries(meta))}:
+    if split == "all" and head_for(meta, frame.target.iloc[0]) is None:
         return split, {"train": [], "val": [],
                        "test": sorted(set(map(str, frame.workload_key)))}
     if split is None:
@@ -240,11 +239,10 @@ def choose_head(head: str, predictor, target: str) -> int | str:
     bench/README.md "Cost model v3 on four CPUs"); own, the network's own (0); mean; or a
     head's number."""
     if head == "auto":
-        heads = min(1 + len(m.model.extra_heads) for m in predictor.members)
-        found = head_for(predictor.meta, target)
-        if heads == 1:
+        if predictor.heads == 1:
             return 0
-        return found if found is not None and found < heads else "mean"
+        found = head_for(predictor.meta, target)
+        return found if found is not None and found < predictor.heads else "mean"
     if head == "own":
         return 0
     if head == "mean":
@@ -314,7 +312,7 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
     for p in predictors:
         p.use_head(choose_head(head, p, frame.target.iloc[0]))
     trained_elsewhere = 0  # workloads of these records the joint datasets hold
-    if frame.target.iloc[0] != meta["target"] and joint_entries(meta):
+    if frame.target.iloc[0] != meta["target"]:
         frame, trained_elsewhere = leave_out_joint_workloads(frame, meta)
         if frame.empty:
             raise UserError(f"every workload of {dataset} trained the checkpoint in a joint "

@@ -124,12 +124,15 @@ class CostModelPredictor:
         Raises:
             UserError: a head some member does not have.
         """
-        if head != "mean":
-            have = min(1 + len(m.model.extra_heads) for m in self.members)
-            if not isinstance(head, int) or not 0 <= head < have:
-                raise UserError(f"head {head!r}: the checkpoint has heads 0 to {have - 1} "
-                                "(one per target it trained on) or 'mean'")
+        if head != "mean" and (not isinstance(head, int) or not 0 <= head < self.heads):
+            raise UserError(f"head {head!r}: the checkpoint has heads 0 to {self.heads - 1} "
+                            "(one per target it trained on) or 'mean'")
         self.head = head
+
+    @property
+    def heads(self) -> int:
+        """How many heads every member has (1 without `joint_head`)."""
+        return min(1 + len(m.model.extra_heads) for m in self.members)
 
     def _head(self, model, emb: torch.Tensor) -> torch.Tensor:
         """`model`'s standardised prediction from its embedding with the head in use."""
