@@ -3,7 +3,7 @@
 # network: everything is built here first and carried there as a kit, in two parts that each fit
 # one transfer (the compiler library alone is 59 MB as xz, so it travels in two pieces).
 #
-#   here:               bash bench/gpu_host.sh kit BATCH KIT [EARLIER]  # BATCH: from datagen pack
+#   here:               bash bench/gpu_host.sh kit BATCH KIT [EARLIER]  # BATCH: from datagen pack, or -
 #   GPU host, first:    bash bench/gpu_host.sh measure KIT/measure RESULTS [SECONDS]
 #   GPU host, second:   bash bench/gpu_host.sh tune KIT/tune RESULTS SECONDS [BENCH_ARGS...]
 #   here:               datagen ingest BATCH --results RESULTS/results.jsonl --dataset DATASET
@@ -11,12 +11,14 @@
 #
 # `measure` times the packed batch with the TVM runtime alone (`datagen.batch_measure`) and keeps
 # the first compiler piece on the host (stopped after SECONDS, if given: the same command goes on
-# from what was measured); `tune`, on the same host, joins the compiler again and
-# runs the tuning bench's part gpu for at most SECONDS, its finished pairs (and the runs'
-# databases) written to RESULTS/tuning.tar.xz every 20 s and at the end, so a stretch cut short
-# keeps every pair finished before. EARLIER, a folder holding an earlier stretch's unpacked
-# `tuning-gpu/` (its pairs and finished runs, measured on the same kind of GPU), travels in the
-# kit and is where `tune` starts from, so a comparison goes on over several stretches.
+# from what was measured; a kit made with BATCH `-`, for a stretch that only tunes, has no
+# batch, and `measure` then unpacks the runtime and keeps the piece, no more); `tune`, on the
+# same host, joins the compiler again and runs the tuning bench's part gpu for at most
+# SECONDS, its finished pairs (and the runs' databases) written to RESULTS/tuning.tar.xz every
+# 20 s and at the end, so a stretch cut short keeps every pair finished before. EARLIER, a
+# folder holding an earlier stretch's unpacked `tuning-gpu/` (its pairs and finished runs,
+# measured on the same kind of GPU), travels in the kit and is where `tune` starts from, so a
+# comparison goes on over several stretches.
 # BENCH_ARGS replace the default tuning arguments (with `--out` added): on a CPU the rehearsal
 # passes a command that runs there.
 # A package the host lacks is installed from the kit's wheels into the host's temporary site;
@@ -75,7 +77,8 @@ EOF
 
 kit() {
     local batch=$1 out=$2 earlier=${3:-} tmp
-    [ -f "$batch/manifest.json" ] || die "$batch is not a packed batch (no manifest.json)"
+    [ "$batch" = - ] || [ -f "$batch/manifest.json" ] \
+        || die "$batch is not a packed batch (no manifest.json); give - for a kit without one"
     [ -z "$earlier" ] || [ -d "$earlier/tuning-gpu" ] || die "$earlier holds no tuning-gpu folder of an earlier stretch"
     [ ! -e "$out" ] || die "$out exists: give a new folder for the kit"
     tmp=$(mktemp -d "$out.tmp-XXXXXX")
@@ -89,8 +92,8 @@ kit() {
     mv "$tmp/compiler.xz.00" "$tmp/measure/"
     mv "$tmp/compiler.xz.01" "$tmp/tune/"
     [ ! -e "$tmp/compiler.xz.02" ] || die "the compiler did not fit two pieces"
-    tar -cJf "$tmp/measure/batch.tar.xz" --exclude pending.parquet --exclude results.jsonl \
-        -C "$(dirname "$batch")" "$(basename "$batch")"
+    [ "$batch" = - ] || tar -cJf "$tmp/measure/batch.tar.xz" --exclude pending.parquet \
+        --exclude results.jsonl -C "$(dirname "$batch")" "$(basename "$batch")"
     local pip=("$PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12
                --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
                --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64)
@@ -115,6 +118,10 @@ measure() {
     tar -xJf "$kit/tvm-runtime.tar.xz" -C "$SITE"
     install_missing "$kit"/wheels/*.whl
     cp "$kit"/compiler.xz.00 "$STASH/"  # for `tune`, on this host
+    if [ ! -f "$kit/batch.tar.xz" ]; then
+        echo "no batch in this kit: the runtime unpacked and the compiler piece kept for tune"
+        return 0
+    fi
     tar -xJf "$kit/batch.tar.xz" -C "$HOST_DIR/batch"
     local batch
     batch=$(find "$HOST_DIR/batch" -mindepth 1 -maxdepth 1 -type d | head -1)

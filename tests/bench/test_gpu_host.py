@@ -99,9 +99,27 @@ def test_measure_then_tune_on_one_host(kit, tmp_path):
     shutil.rmtree(host_dir)
 
 
+@needs_no_gpu
+def test_a_kit_without_a_batch_only_readies_the_host_for_tune(kit, tmp_path):
+    """A stretch that only tunes (`kit - KIT`): `measure` unpacks the runtime and keeps the
+    compiler piece, measures nothing, and `tune` can follow."""
+    root, _ = kit
+    measure = tmp_path / "measure"
+    shutil.copytree(root / "kit" / "measure", measure)
+    os.remove(measure / "batch.tar.xz")
+    host_dir = tmp_path / "host"
+    proc = host("measure", str(measure), str(tmp_path / "r"), host_dir=host_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "no batch in this kit: the runtime unpacked and the compiler piece kept for tune" \
+        in proc.stdout
+    assert (host_dir / "stash" / "compiler.xz.00").is_file()
+    assert (host_dir / "site" / "tvm" / "__init__.py").is_file()
+    assert not (tmp_path / "r" / "results.jsonl").exists()
+
+
 def test_usage_and_a_kit_folder_that_exists_are_one_line(tmp_path):
     proc = host("deploy", host_dir=tmp_path)
     assert proc.returncode == 2 and proc.stderr.startswith("error: usage: gpu_host.sh")
     proc = host("kit", str(tmp_path), str(tmp_path), host_dir=tmp_path)
     assert proc.returncode == 2
-    assert "is not a packed batch" in proc.stderr
+    assert "is not a packed batch" in proc.stderr and "give - for a kit without one" in proc.stderr
