@@ -48,8 +48,8 @@ or not, and on each side the tasks whose predicted-fastest schedule costs top-1 
 Writes summary.json (every run with its per-network metrics, per variant the mean and standard
 deviation over seeds, the ensembles, the baselines, the variant chosen on validation). Each run
 lives in --out/runs/VARIANT/seedS with its config, logs, checkpoint and result.json; finished
-runs are read back, so an interrupted benchmark resumes (a run made with other settings is
-refused: use another --out).
+runs are read back, so an interrupted benchmark resumes (a run made with other settings, or
+on another number of records, the dataset grown since, is refused: use another --out).
 
     python bench/ablations.py [--variants base clean listmle lambdarank relative stores narrow]
         [--seeds 0 1 2] [--max-epochs 30] [--baselines xgb lightgbm mlp] [--out bench/results/ablations]
@@ -147,11 +147,18 @@ def run_config(args, variant: str, seed: int, work: str) -> dict:
             "model": dict(model), "data": {"cache_dir": args.cache_dir, **dataset, **data}}
 
 
-def settings(args, variant: str) -> dict:
-    """What a finished run must share with this invocation to be read back."""
+# settings a run records since a later version: one made before is read back without them
+ADDED_SETTINGS = ("records",)
+
+
+def settings(args, variant: str, held: "HeldOut") -> dict:
+    """What a finished run must share with this invocation to be read back: also the number of
+    records on each side, so a run made before its datasets grew is not read back as theirs."""
     return {"config": portable(args.config, REPO), "dataset": args.dataset,
             "max_epochs": args.max_epochs,
-            "variant": [VARIANTS[variant][1], VARIANTS[variant][2]]}
+            "variant": [VARIANTS[variant][1], VARIANTS[variant][2]],
+            "records": {"train": len(held.trees_train), "val": len(held.val),
+                        "test": len(held.test)}}
 
 
 def run_cell(variant: str, seed: int) -> str:
@@ -520,11 +527,12 @@ def bench(args) -> int:
     output_folder(args.out)
     grid = Grid(args.out)
     # every finished run first: one made with other settings is refused before any training
-    found = {(variant, seed): grid.read(run_cell(variant, seed), settings(args, variant))
+    found = {(variant, seed): grid.read(run_cell(variant, seed), settings(args, variant, held),
+                                        added=ADDED_SETTINGS)
              for variant in args.variants for seed in args.seeds}
     runs, variants = [], {}
     for variant in args.variants:
-        wanted = settings(args, variant)
+        wanted = settings(args, variant, held)
         mine = []
         for seed in args.seeds:
             work = os.path.dirname(grid.path(run_cell(variant, seed)))

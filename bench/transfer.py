@@ -50,8 +50,8 @@ seeds) and transfer.png (Kendall tau and top-1 against the share, log x, both cu
 source as a line, and with --reference REPORT the model of a `costmodel evaluate` report
 of the same held-out records, say the one trained on all of them). Each run lives in
 --out/runs/MODE/shareF-seedS with its config, logs, checkpoint and result.json; finished
-runs are read back, so an interrupted benchmark resumes (a run made with other settings is
-refused: use another --out).
+runs are read back, so an interrupted benchmark resumes (a run made with other settings, or
+on another number of records, the dataset grown since, is refused: use another --out).
 
     python bench/transfer.py --dataset data/cuda-h100 --init-from bench/models/graphsage.ckpt \\
         --split shapes [--shares 0.01 0.05 0.1 1.0] [--seeds 0 1 2] [--max-epochs 30] \\
@@ -137,9 +137,14 @@ def run_config(args, architecture: dict, mode: str, share: float, seed: int,
             "model": model, "data": data}
 
 
-def settings(args) -> dict:
-    """What a finished run must share with this invocation to be read back."""
-    wanted = {"dataset": portable(args.dataset, REPO),
+# settings a run records since a later version: one made before is read back without them
+ADDED_SETTINGS = ("records",)
+
+
+def settings(args, records: int) -> dict:
+    """What a finished run must share with this invocation to be read back: also the number of
+    the dataset's usable records, so a run made before the dataset grew is not read back."""
+    wanted = {"dataset": portable(args.dataset, REPO), "records": records,
               "init_from": portable(args.init_from, REPO), "split": args.split,
               "test_fraction": args.test_fraction, "test_families": args.test_families,
               "test_networks": args.test_networks,
@@ -627,14 +632,15 @@ def bench(args) -> int:
     check_no_leak(source.meta, side.frame.target.iloc[0], expected["test"])
     reference = args.reference and read_reference(  # before any training: a bad one fails now
         args.reference, args.dataset, len(side.records(expected["test"])))
-    wanted = settings(args)
+    wanted = settings(args, len(side.frame))
     output_folder(args.out)
     grid = Grid(args.out)
     teachers = [m for m in args.modes if m != SELF_TRAINED]
     cells = [(share, seed, mode) for share in args.shares for seed in args.seeds
              for mode in teachers + [m for m in args.modes if m == SELF_TRAINED]]
     # every finished run first: one made with other settings is refused before any training
-    found = {cell: grid.read(run_cell(*cell), run_settings(wanted, cell[2], teachers))
+    found = {cell: grid.read(run_cell(*cell), run_settings(wanted, cell[2], teachers),
+                             added=ADDED_SETTINGS)
              for cell in cells}
     runs = []
     for (share, seed, mode), result in found.items():

@@ -122,7 +122,7 @@ def part(name, workloads, checkpoint, args, target, measurer) -> None:
     from tuning.tuner import TUNERS as REGISTRY
     from tuning.tuner import SearchInputs, load_predictor
 
-    predictor = load_predictor(checkpoint)
+    predictor = load_predictor(checkpoint, target=target)
     held_out = set(predictor.meta["sides"]["test"])
     unseen = [w for w in workloads if w in held_out]
     if unseen != workloads:

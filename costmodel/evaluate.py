@@ -239,10 +239,7 @@ def choose_head(head: str, predictor, target: str) -> int | str:
     bench/README.md "Cost model v3 on four CPUs"); own, the network's own (0); mean; or a
     head's number."""
     if head == "auto":
-        if predictor.heads == 1:
-            return 0
-        found = head_for(predictor.meta, target)
-        return found if found is not None and found < predictor.heads else "mean"
+        return predictor.head_for_target(target)
     if head == "own":
         return 0
     if head == "mean":

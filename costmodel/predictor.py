@@ -27,6 +27,7 @@ import torch
 from costmodel import blend as blending
 from costmodel import checkpoint, companions, featurize, views
 from costmodel.model import batch_inputs
+from costmodel.splits import head_for
 from datagen.errors import UserError, atomic_path
 
 PREDICT_BATCH = 128  # graphs per forward pass; smaller batches overlap more with lowering
@@ -128,6 +129,16 @@ class CostModelPredictor:
             raise UserError(f"head {head!r}: the checkpoint has heads 0 to {self.heads - 1} "
                             "(one per target it trained on) or 'mean'")
         self.head = head
+
+    def head_for_target(self, target: str) -> int | str:
+        """The head that ranks programs of `target` (a target's JSON): the one that trained on
+        its records (`splits.head_for`), or for a target none trained on the mean of every head
+        (chosen on CPU records no head trained on: bench/README.md "Cost model v3 on four
+        CPUs"); 0 for a network of one head."""
+        if self.heads == 1:
+            return 0
+        found = head_for(self.meta, target)
+        return found if found is not None and found < self.heads else "mean"
 
     @property
     def heads(self) -> int:

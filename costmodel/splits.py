@@ -269,11 +269,15 @@ def head_for(meta: dict, target: str) -> int | None:
     """Which head of a checkpoint (`meta`: its description) trained on the records of `target`
     (a target's JSON) in a network with a head per target (`joint_head`): 0 for its own target,
     1 + the place of `target` among its `joint_dataset` folders' targets (the order in which
-    `costmodel.data_module.joint_records` gave them heads); None if none trained on it."""
-    if target == meta.get("target"):
-        return 0
-    targets = list(dict.fromkeys(j.get("target") for j in joint_entries(meta)))
-    return 1 + targets.index(target) if target in targets else None
+    `costmodel.data_module.joint_records` gave them heads); None if none trained on it. A target
+    that differs from one of them only in its other attributes (`num-cores`: tuning on a host
+    with more cores) is that one's, where a single one has its kind and CPU or GPU."""
+    targets = [meta.get("target"),
+               *dict.fromkeys(j.get("target") for j in joint_entries(meta))]
+    if target in targets:
+        return targets.index(target)
+    same = [i for i, t in enumerate(targets) if describe_target(t) == describe_target(target)]
+    return same[0] if len(same) == 1 else None
 
 
 def leave_out_joint_workloads(frame: pd.DataFrame, meta: dict) -> tuple[pd.DataFrame, int]:

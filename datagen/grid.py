@@ -106,9 +106,10 @@ class Grid:
         """Where the cell `cell` (a file name relative to the folder) is kept."""
         return os.path.join(self.folder, cell)
 
-    def read(self, cell: str, settings: dict | None = None):
+    def read(self, cell: str, settings: dict | None = None, added: tuple[str, ...] = ()):
         """The finished cell `cell`, None if it has not finished; with `settings`, it must have
-        been made with them (its "settings" entry).
+        been made with them (its "settings" entry). `added`: settings a benchmark records since
+        a later version, which a cell made before (without them) is not compared on.
 
         Raises:
             UserError: it cannot be read, is damaged (no whole JSON), or was made with other
@@ -126,7 +127,8 @@ class Grid:
                             "again") from None
         if settings is not None:
             made = value.get("settings") if isinstance(value, dict) else None
-            wanted = _as_json(settings)
+            wanted = {k: v for k, v in _as_json(settings).items()
+                      if k not in added or (isinstance(made, dict) and k in made)}
             if made != wanted:
                 raise UserError(f"{path} was made with other settings "
                                 f"({', '.join(differing(made or {}, wanted))}); use another "

@@ -85,7 +85,8 @@ def _setup(args):
     paths = args.checkpoint or [checkpoints.for_target(target.kind.name)]
     predictor = pretrained = None
     if any(t.needs_checkpoint or t.needs_pretrained_xgb for t in tuners):
-        predictor = load_predictor(paths, target_kind=target.kind.name, device=args.device)
+        predictor = load_predictor(paths, target_kind=target.kind.name, device=args.device,
+                                   target=target)
         if args.network_share is not None:
             if predictor.companion is None:
                 raise UserError(f"--network-share weighs the network against its tree "

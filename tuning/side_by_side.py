@@ -136,6 +136,7 @@ def _tune_elsewhere(job: dict) -> str | None:
         if job["checkpoints"]:
             predictor = CostModelPredictor.load(job["checkpoints"], device=job["device"],
                                                 blend=job["blend"])
+            predictor.use_head(job["head"])  # the caller's
             if job["inputs"].network_share is not None:  # the run's blend weight, as here
                 predictor.companion.weight = job["inputs"].network_share
         inputs = dataclasses.replace(job["inputs"], predictor=predictor, threads=threads)
@@ -206,6 +207,7 @@ def _tune_side_by_side(runs: list[dict], target, measurer, inputs, trials_per_it
     job = {"target": target_json(target), "measurer": measurer.settings, "lock": lock,
            "checkpoints": [m.path for m in predictor.members] if predictor else None,
            "blend": predictor is not None and predictor.companion is not None,
+           "head": predictor.head if predictor else 0,
            "device": str(predictor.device) if predictor else None,
            "trials_per_iter": trials_per_iter}
     base = dataclasses.replace(inputs, predictor=None)

@@ -47,9 +47,11 @@ WORKLOADS_FILE = "database_workload.json"
 
 
 def load_predictor(checkpoints: str | list[str] | None, target_kind: str | None = None,
-                   device: str | None = None):
+                   device: str | None = None, target=None):
     """The shipped checkpoint of the `target_kind` ("llvm" if None) unless others are given
-    (several: a seed ensemble), its networks on the torch `device` ("cpu" if None).
+    (several: a seed ensemble), its networks on the torch `device` ("cpu" if None). With the
+    tuning `target` (a `tvm.target.Target`), a network with a head per target predicts with
+    the head for it (`CostModelPredictor.head_for_target`).
 
     Raises:
         UserError: see `CostModelPredictor.load`; a checkpoint for another target kind, a
@@ -58,8 +60,14 @@ def load_predictor(checkpoints: str | list[str] | None, target_kind: str | None 
     from costmodel import checkpoints as shipped
     from costmodel.predictor import CostModelPredictor
 
-    return CostModelPredictor.load(checkpoints or shipped.for_target(target_kind or "llvm"),
-                                   target_kind=target_kind, device=device)
+    predictor = CostModelPredictor.load(
+        checkpoints or shipped.for_target(target_kind or "llvm"), target_kind=target_kind,
+        device=device)
+    if target is not None:
+        from datagen.tvm_env import target_json
+
+        predictor.use_head(predictor.head_for_target(target_json(target)))
+    return predictor
 
 
 @dataclasses.dataclass(frozen=True)

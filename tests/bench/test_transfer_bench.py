@@ -6,6 +6,7 @@ import glob
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import types
 
@@ -187,6 +188,28 @@ def test_the_transfer_bench_writes_its_curve_and_resumes(tiny_checkpoint, tiny_d
     assert_clean_error(gone, "--together scores the runs' checkpoints", prog="transfer")
     changed = transfer(args[:-4] + ["--max-epochs", "2"] + args[-4:], tmp_path)
     assert_clean_error(changed, "was made with other settings (max_epochs)", prog="transfer")
+
+
+@pytest.mark.slow
+def test_a_run_made_before_the_dataset_grew_is_not_read_back(tiny_checkpoint, tiny_dataset,
+                                                             tmp_path):
+    """The runs record the number of the dataset's usable records: the same folder grown since
+    (here by a second copy of its shard) is refused in one line, not read back as its own."""
+    dataset = tmp_path / "ds"
+    shutil.copytree(tiny_dataset, dataset)
+    args = ["--dataset", str(dataset), "--init-from", tiny_checkpoint,
+            "--split", "family", "--test-families", "softmax", "--val-fraction", "0.5",
+            "--shares", "0.5", "--seeds", "0", "--modes", "scratch", "--max-epochs", "1",
+            "--out", str(tmp_path / "transfer"), "--cache-dir", str(tmp_path / "cache")]
+    proc = transfer(args, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = json.loads((tmp_path / "transfer" / "summary.json").read_text())["runs"]
+    records = len(usable(read_records(str(dataset), RECORD_COLUMNS))[0])
+    assert run["settings"]["records"] == records
+    shard = sorted(glob.glob(str(dataset / "shard-*.parquet")))[0]
+    shutil.copy(shard, shard.replace(".parquet", "-copy.parquet"))
+    grown = transfer(args, tmp_path)
+    assert_clean_error(grown, "was made with other settings (records)", prog="transfer")
 
 
 @pytest.mark.slow

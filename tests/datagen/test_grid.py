@@ -35,6 +35,15 @@ def test_a_finished_cell_is_read_back_and_one_of_other_settings_refused(tmp_path
                                         r"\(variant\); use another --out, or delete it"):
         grid.read("runs/a/result.json", {"variant": "listmle"})
     assert os.listdir(tmp_path / "runs" / "a") == ["result.json"]  # no temporary file left
+    # a setting recorded since a later version: a cell made before is not compared on it,
+    # one made with it is
+    assert grid.read("runs/a/result.json", {"variant": "base", "records": 9},
+                     added=("records",)) == cell
+    with pytest.raises(UserError, match=r"\(variant\)"):
+        grid.read("runs/a/result.json", {"variant": "listmle", "records": 9}, added=("records",))
+    grid.write("runs/b/result.json", {"settings": {"variant": "base", "records": 9}})
+    with pytest.raises(UserError, match=r"result.json was made with other settings \(records\)"):
+        grid.read("runs/b/result.json", {"variant": "base", "records": 10}, added=("records",))
 
 
 def test_a_damaged_cell_is_one_clear_error(tmp_path):

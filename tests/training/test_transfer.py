@@ -593,6 +593,16 @@ def test_several_joint_datasets_train_a_head_per_target(tiny_dataset, tmp_path):
         predictor.use_head(3)
     with pytest.raises(UserError, match="--head first: choose auto, own, mean or a head's"):
         choose_head("first", predictor, unseen)
+    # `tune` predicts with the head for its target: the H100's; the own CPU's also on a host
+    # with more cores (a target that differs from a trained one only in its other attributes)
+    from datagen.tvm_env import make_target
+    from tuning.tuner import load_predictor
+
+    more_cores = {**json.loads(data.target), "num-cores": 64}
+    assert head_for(heads3.meta, json.dumps(more_cores)) == 0
+    assert load_predictor(path, target=make_target(json.loads(data.joint_targets[1]))).head == 2
+    assert load_predictor(path, target=make_target(more_cores)).head == 0
+    assert load_predictor(path).head == 0  # no target: the own head, as before
     # another target's records are scored without the programs the joint datasets trained on
     from costmodel.evaluate import evaluate
     from costmodel.splits import leave_out_joint_workloads
