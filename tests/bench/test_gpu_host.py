@@ -102,7 +102,7 @@ def test_measure_then_tune_on_one_host(kit, tmp_path):
 @needs_no_gpu
 def test_a_kit_without_a_batch_only_readies_the_host_for_tune(kit, tmp_path):
     """A stretch that only tunes (`kit - KIT`): `measure` unpacks the runtime and keeps the
-    compiler piece, measures nothing, and `tune` can follow."""
+    compiler piece that `tune` needs, and measures nothing."""
     root, _ = kit
     measure = tmp_path / "measure"
     shutil.copytree(root / "kit" / "measure", measure)
