@@ -6,7 +6,8 @@ or none of it, and a collection killed at any moment (SIGKILL included) loses no
 committed. Only `*.parquet` files are data; leftovers of a killed writer (`.tmp-*`) are ignored
 and cleaned up by the next writer. Shards are zstd-compressed, one per collection round. `datagen compact` rewrites a folder's
 shards as one, sorted by workload, its float columns byte-stream-split and the label columns,
-which its repeats determine, left out (about a tenth of the space); the compacted shard names the shards it replaced, so a compaction
+which its repeats determine, left out, and `trace_hash`, which its trace determines, too where
+`compact_hash` gives every record's (about a tenth of the space); the compacted shard names the shards it replaced, so a compaction
 stopped midway never shows a record twice. `SCHEMA_VERSION` is stored in every shard's metadata and
 checked on read. Version 2 added `retry_latencies` and `device`; version-1 shards are read as well, with
 those columns empty, so older datasets stay readable and comparable.
@@ -16,7 +17,8 @@ Read a dataset with `read_records(folder)` (a pandas DataFrame).
 The label columns (`latency_median`, `latency_std`, `latency_cv`) describe `latencies`, or,
 when a noisy candidate was measured twice, whichever of its two measurements spread less
 (`datagen.measure.label_stats`). A compacted shard does not store them: `read_records`
-computes them from its status and repeats (`pandas.read_parquet` of such a shard lacks them).
+computes them from its status and repeats (`pandas.read_parquet` of such a shard lacks them),
+and `trace_hash` from `trace` where the shard leaves it out (layout 4).
 
 Columns (one row per measured candidate):
 
@@ -58,6 +60,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import json
 import os
 import time
@@ -79,10 +82,11 @@ COMPRESSION = "zstd"
 COMPACT_LEVEL = 19  # zstd level of compacted shards: written once, read often
 # compacted shards store their float columns byte-stream-split (each byte plane of the values
 # together, which zstd packs about a fifth smaller) and leave out the label columns (layout 3:
-# an eighth of the space; readers compute them); the layout is named in their metadata, so
-# `compact` rewrites a lone shard of an older layout once and then leaves it alone
+# an eighth of the space; readers compute them) and, where `compact_hash` of every trace is
+# its record's hash, `trace_hash` (layout 4: a sixth less again); the layout is named in their
+# metadata, so `compact` rewrites a lone shard of an older layout once and then leaves it alone
 LAYOUT_KEY = b"tvm_costmodel.compact_layout"
-COMPACT_LAYOUT = b"3"
+COMPACT_LAYOUT = b"4"
 # what a record's status and repeats determine (`label_stats`)
 LABEL_COLUMNS = ("latency_median", "latency_std", "latency_cv")
 
@@ -120,6 +124,13 @@ SCHEMA = pa.schema([
     ("project_version", pa.string()),
     ("collected_at", pa.timestamp("us", tz="UTC")),
 ], metadata={SCHEMA_KEY: str(SCHEMA_VERSION).encode()})
+
+
+def compact_hash(trace: str) -> str:
+    """`datagen.sampler.trace_hash` of a trace written as `datagen.sampler.trace_to_json`
+    writes it, without parsing it: SHA-1 of its text with its booleans as 0/1. `compact`
+    leaves a shard's `trace_hash` column out only where this gives every record's."""
+    return hashlib.sha1(trace.replace("true", "1").replace("false", "0").encode()).hexdigest()
 
 
 def check_folder(root: str) -> None:
@@ -163,14 +174,21 @@ def _checked_schema(path: str) -> pa.Schema:
 
 def _read_shard(path: str, schema: pa.Schema, columns: list[str]) -> pa.Table:
     """The `columns` of one shard; label columns it leaves out are computed from its status
-    and repeats, other columns its (older) schema lacks come back empty."""
+    and repeats, `trace_hash` from `trace`, other columns its (older) schema lacks come back
+    empty."""
     present = [c for c in columns if c in schema.names]
     labels = [c for c in columns if c in LABEL_COLUMNS and c not in schema.names]
+    hashes = "trace_hash" in columns and "trace_hash" not in schema.names \
+        and "trace" in schema.names
     sources = [c for c in ("status", "latencies", "retry_latencies")
                if labels and c in schema.names and c not in present]
+    sources += ["trace"] if hashes and "trace" not in present else []
     table = pq.read_table(path, columns=present + sources).replace_schema_metadata(None)
     if labels:
         table = _with_labels(table, labels)
+    if hashes:
+        table = table.append_column(SCHEMA.field("trace_hash"), pa.array(
+            [compact_hash(t) for t in table["trace"].to_pylist()], pa.string()))
     for name in columns:
         if name not in table.column_names:
             field = SCHEMA.field(name)
@@ -278,6 +296,10 @@ class ShardWriter:
         stored = [n for n in SCHEMA.names if n not in LABEL_COLUMNS]
         table = pa.concat_tables([_read_shard(p, s, stored) for p, s in live.items()])
         table = table.sort_by([("workload_key", "ascending"), ("round", "ascending")])
+        if [t if t is None else compact_hash(t) for t in table["trace"].to_pylist()] \
+                == table["trace_hash"].to_pylist():  # else kept: written by another hash
+            stored.remove("trace_hash")
+            table = table.drop_columns(["trace_hash"])
         replaces = json.dumps(sorted(os.path.basename(p) for p in live)).encode()
         schema = pa.schema([SCHEMA.field(n) for n in stored])
         final = self._commit(table.cast(schema).replace_schema_metadata(

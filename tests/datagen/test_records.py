@@ -169,6 +169,32 @@ def test_a_lone_shard_of_the_older_layout_is_compacted_once(tmp_path):
     assert records.shard_paths(str(tmp_path)) == [compacted]
 
 
+
+def test_compaction_leaves_out_the_trace_hash_only_where_the_trace_gives_it(tmp_path):
+    """A compacted shard of traces as `datagen` writes them drops `trace_hash` (the reader
+    computes it: the same hashes); one record hashed otherwise keeps the column."""
+    from datagen.sampler import trace_hash
+
+    real = records.read_records(os.path.join(os.path.dirname(__file__), "..", "..", "data",
+                                             "llvm-full"), ["trace", "trace_hash"])[:12]
+    assert any("true" in t for t in real.trace)  # booleans, which the hash reads as 0/1
+    odd = '[[["Annotate",[],["not true",1],[]]],[]]'  # "true" inside a string, not a boolean
+    for name, traces in (("plain", list(real.trace)), ("odd", list(real.trace) + [odd])):
+        folder = str(tmp_path / name)
+        writer = records.ShardWriter(folder)
+        writer.write([{**_row(i), "trace": t, "trace_hash": trace_hash(t)}
+                      for i, t in enumerate(traces)])
+        before = records.read_records(folder)
+        writer.compact()
+        writer.close()
+        (compacted,) = records.shard_paths(folder)
+        assert ("trace_hash" in pq.read_schema(compacted).names) == (name == "odd")
+        after = records.read_records(folder)
+        assert list(after.trace_hash) == list(before.trace_hash) == [trace_hash(t)
+                                                                     for t in traces]
+        assert list(records.read_records(folder, ["trace_hash"]).columns) == ["trace_hash"]
+    assert list(real.trace_hash) == [trace_hash(t) for t in real.trace]
+
 def test_stats_piped_into_a_reader_that_stops_early_ends_quietly():
     """`datagen stats DIR | head` is how people look at a large dataset: no traceback."""
     import subprocess
