@@ -188,7 +188,8 @@ def _read_shard(path: str, schema: pa.Schema, columns: list[str]) -> pa.Table:
         table = _with_labels(table, labels)
     if hashes:
         table = table.append_column(SCHEMA.field("trace_hash"), pa.array(
-            [compact_hash(t) for t in table["trace"].to_pylist()], pa.string()))
+            [t if t is None else compact_hash(t) for t in table["trace"].to_pylist()],
+            pa.string()))
     for name in columns:
         if name not in table.column_names:
             field = SCHEMA.field(name)
