@@ -169,7 +169,6 @@ def test_a_lone_shard_of_the_older_layout_is_compacted_once(tmp_path):
     assert records.shard_paths(str(tmp_path)) == [compacted]
 
 
-
 def test_compaction_leaves_out_the_trace_hash_only_where_the_trace_gives_it(tmp_path):
     """A compacted shard of traces as `datagen` writes them drops `trace_hash` (the reader
     computes it: the same hashes); one record hashed otherwise keeps the column."""
@@ -194,6 +193,7 @@ def test_compaction_leaves_out_the_trace_hash_only_where_the_trace_gives_it(tmp_
                                                                      for t in traces]
         assert list(records.read_records(folder, ["trace_hash"]).columns) == ["trace_hash"]
     assert list(real.trace_hash) == [trace_hash(t) for t in real.trace]
+
 
 def test_stats_piped_into_a_reader_that_stops_early_ends_quietly():
     """`datagen stats DIR | head` is how people look at a large dataset: no traceback."""
