@@ -133,6 +133,11 @@ def compact_hash(trace: str) -> str:
     return hashlib.sha1(trace.replace("true", "1").replace("false", "0").encode()).hexdigest()
 
 
+def _compact_hashes(table: pa.Table) -> list[str | None]:
+    """`compact_hash` of each record's trace in `table` (None where it has none)."""
+    return [t if t is None else compact_hash(t) for t in table["trace"].to_pylist()]
+
+
 def check_folder(root: str) -> None:
     """Raise `UserError` unless the dataset folder `root` exists and is a folder."""
     if not os.path.isdir(root):
@@ -187,9 +192,8 @@ def _read_shard(path: str, schema: pa.Schema, columns: list[str]) -> pa.Table:
     if labels:
         table = _with_labels(table, labels)
     if hashes:
-        table = table.append_column(SCHEMA.field("trace_hash"), pa.array(
-            [t if t is None else compact_hash(t) for t in table["trace"].to_pylist()],
-            pa.string()))
+        table = table.append_column(SCHEMA.field("trace_hash"),
+                                    pa.array(_compact_hashes(table), pa.string()))
     for name in columns:
         if name not in table.column_names:
             field = SCHEMA.field(name)
@@ -297,8 +301,7 @@ class ShardWriter:
         stored = [n for n in SCHEMA.names if n not in LABEL_COLUMNS]
         table = pa.concat_tables([_read_shard(p, s, stored) for p, s in live.items()])
         table = table.sort_by([("workload_key", "ascending"), ("round", "ascending")])
-        if [t if t is None else compact_hash(t) for t in table["trace"].to_pylist()] \
-                == table["trace_hash"].to_pylist():  # else kept: written by another hash
+        if _compact_hashes(table) == table["trace_hash"].to_pylist():  # else kept: another hash
             stored.remove("trace_hash")
             table = table.drop_columns(["trace_hash"])
         replaces = json.dumps(sorted(os.path.basename(p) for p in live)).encode()
