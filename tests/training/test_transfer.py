@@ -498,12 +498,23 @@ def test_a_split_out_of_distribution_leaves_out_the_joint_workloads_it_would_hol
 @pytest.mark.slow
 def test_a_joint_dataset_of_the_same_target_may_not_hold_held_out_workloads(tiny_dataset,
                                                                            tmp_path):
-    data = ScheduleDataModule(dataset=tiny_dataset, split="family", test_families=["softmax"],
-                              val_fraction=0.5, cache_dir=str(tmp_path / "cache"),
-                              joint_dataset=tiny_dataset)
+    """In a split in distribution a folder of the dataset's own target that holds a
+    validation or held-out workload is refused; in a split out of distribution (more tasks of
+    the same CPU beside its network tasks, some of them programs of the test suite) those
+    workloads are left out like another CPU's, and the rest train."""
+    kwargs = dict(dataset=tiny_dataset, val_fraction=0.5, cache_dir=str(tmp_path / "cache"),
+                  joint_dataset=tiny_dataset)
+    data = ScheduleDataModule(split="family", test_families=["softmax"], **kwargs)
     with pytest.raises(UserError, match=r"holds \d+ validation or held-out workloads of "
                                         r".* on the same target \(e.g. "):
         data.setup()
+    data = ScheduleDataModule(split="unseen-family", test_families=["softmax"], **kwargs)
+    data.setup()
+    unseen = set(data.frames["val"].workload_key) | set(data.frames["test"].workload_key)
+    joint = data.frames["train"][data.frames["train"]["head"] == 1]
+    kept = set(joint.workload_key.str.removeprefix(JOINT_PREFIX))
+    assert kept and not kept & unseen and data.joint["left_out"] >= len(unseen)
+    assert data.joint_targets == [data.target]  # its own head, standardised on its own
 
 
 @pytest.mark.slow
