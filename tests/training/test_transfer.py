@@ -496,8 +496,8 @@ def test_a_split_out_of_distribution_leaves_out_the_joint_workloads_it_would_hol
 
 
 @pytest.mark.slow
-def test_a_joint_dataset_of_the_same_target_may_not_hold_held_out_workloads(tiny_dataset,
-                                                                           tmp_path):
+def test_a_joint_dataset_of_the_same_target_trains_no_held_out_workload(tiny_dataset,
+                                                                         tmp_path):
     """In a split in distribution a folder of the dataset's own target that holds a
     validation or held-out workload is refused; in a split out of distribution (more tasks of
     the same CPU beside its network tasks, some of them programs of the test suite) those
