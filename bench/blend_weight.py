@@ -19,9 +19,9 @@ first pick away on any kind of unseen kernel loses. Prints every weight's figure
 and writes summary.json (one scoring pass of minutes: a stopped run leaves no partial file and
 is run again); `costmodel blend CHECKPOINT --with xgb --weight W` ships the choice.
 
-    python bench/blend_weight.py --checkpoint checkpoints/graphsage-v2.ckpt \\
-        --dataset data/llvm-full --ablation bench/results/ood/ablations-novel-shapes \\
-        --out bench/results/ood/blend-weight
+    python bench/blend_weight.py --checkpoint checkpoints/graphsage-v3.ckpt \\
+        --dataset data/llvm-full --ablation bench/results/ood/ablations-v3-znver4-deep \\
+        --out bench/results/ood/blend-weight-v3-znver4-deep
 """
 
 from __future__ import annotations

@@ -15,11 +15,15 @@ import os
 
 FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
 # the last revision that carried each in checkpoints/, and the files that shipped beside it
-LAST_SHIPPED = {"graphsage-v2-networks.ckpt": "7889b92",
+LAST_SHIPPED = {"graphsage-v2.ckpt": "68bc5e1", "graphsage-v2-networks.ckpt": "7889b92",
                 "graphsage-family-depthwise.ckpt": "7889b92", "graphsage.ckpt": "583e42c"}
 # each one's pretrained XGBModel (what ms-xgb-pretrained tunes with) shipped beside it
 BESIDE = {name: [name.replace(".ckpt", ".xgb.npz")] for name in LAST_SHIPPED}
 MADE_BY = {
+    # cost model v2, tune's default until v3: every network task of data/llvm-networks
+    "graphsage-v2.ckpt":
+        "train fit --config configs/graphsage-v2.yaml, then copy runs/v2/checkpoints/*.ckpt "
+        "here and `costmodel blend bench/models/graphsage-v2.ckpt --with xgb --weight 0.3`",
     # the first model (the default until cost model v2): the shapes split of data/llvm-full,
     # picked among training seeds 0, 1 and 2 by validation Kendall tau
     "graphsage.ckpt":

@@ -6,7 +6,7 @@ medians of --runs repeats.
 The XGBModel is first trained on measured records of the dataset (its scoring cost does not
 depend on how well it was trained).
 
-    python bench/inference_vs_xgb.py [--checkpoint checkpoints/graphsage-v2.ckpt] [--runs 3]
+    python bench/inference_vs_xgb.py [--checkpoint checkpoints/graphsage-v3.ckpt] [--runs 3]
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ on another number of records, the dataset grown since, is refused: use another -
     python bench/transfer.py --dataset data/cuda-h100 --init-from bench/models/graphsage.ckpt \\
         --split shapes --modes scratch joint --joint-dataset data/llvm-networks \\
         --joint-share 0.25 --shares 0.1 0.5 1.0
-    python bench/transfer.py --dataset data/llvm-znver1 --init-from checkpoints/graphsage-v2.ckpt \\
+    python bench/transfer.py --dataset data/llvm-znver1 --init-from bench/models/graphsage-v2.ckpt \\
         --split novel-shapes --modes scratch joint_heads \\
         --joint-dataset data/llvm-networks data/llvm-full --shares 1.0 --seeds 0
     python bench/transfer.py --dataset data/llvm-full \\
@@ -694,8 +694,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", required=True, help="the target's records (datagen folder)")
-    parser.add_argument("--init-from", required=True, help="the checkpoint to transfer")
+    parser.add_argument("--dataset", help="the target's records (datagen folder; required)")
+    parser.add_argument("--init-from", help="the checkpoint to transfer (required)")
     parser.add_argument("--shares", nargs="+", type=float, default=[0.01, 0.05, 0.1, 1.0])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2],
                         help="each seeds the share's draw and the training")
@@ -750,8 +750,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=CONFIG, help="base `train fit` config")
     parser.add_argument("--cache-dir", default=".cache/features")
     parser.add_argument("--out", default="bench/results/transfer")
+    parser.add_argument("--report", action="store_true",
+                        help="train nothing: print --out's table and draw its transfer.png "
+                             "again from its summary.json (or summary.json.xz)")
     args = parser.parse_args(argv)
+    if args.report:
+        return run_command("transfer", report, args)
+    missing = [f"--{n}" for n in ("dataset", "init-from") if not getattr(args, n.replace("-", "_"))]
+    if missing:
+        parser.error(f"the following arguments are required: {', '.join(missing)}")
     return run_command("transfer", bench, args)
+
+
+def report(args) -> int:
+    """--report: the table and plot of a finished benchmark, from its summary."""
+    from datagen.errors import UserError
+    from datagen.grid import read_json
+
+    path = os.path.join(args.out, "summary.json")
+    if not os.path.exists(path) and not os.path.exists(path + ".xz"):
+        raise UserError(f"{args.out} holds no summary.json: run the benchmark into it first")
+    try:
+        summary = read_json(path + ".xz")
+        print(format_table(summary))
+        plot(summary, os.path.join(args.out, "transfer.png"))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise UserError(f"{path} is no readable transfer summary ({err}); run the benchmark "
+                        "into another --out") from None
+    print(f"transfer.png in {args.out}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Benchmark: our BO tuner against MetaSchedule's tuners, on workloads the model never saw.
 
 Part 1, held-out shapes: the test workloads of `graphsage.ckpt`'s split (the first shipped
-model, trained on data/llvm-full; `tune`'s default is now graphsage-v2.ckpt, trained on every
-network workload, which holds nothing out).
+model, trained on data/llvm-full; `tune`'s default is now graphsage-v3.ckpt, trained on network
+workloads and the same CPU's generated tasks, with the hand-written suite held out).
 Part 2, a held-out family: workloads of a family that a second checkpoint (trained with
 `--data.split family --data.test_families '[FAMILY]'`) never saw.
 Every tuner runs in MetaSchedule's own loop with the same builder, runner and batch size, at the

@@ -10,7 +10,7 @@ import os
 
 from datagen.errors import UserError
 
-DEFAULT = "graphsage-v2.ckpt"
+DEFAULT = "graphsage-v3.ckpt"
 # the shipped model of each target kind: tune's default for a target of that kind
 BY_TARGET_KIND = {"llvm": DEFAULT, "cuda": "graphsage-h100.ckpt"}
 

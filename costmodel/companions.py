@@ -42,10 +42,22 @@ def fingerprint(meta: dict, **versions: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()
 
 
+# an array of 4-byte numbers (a feature matrix, its row indices): LZMA2 told that its values are
+# 4 bytes wide (positions aligned to them, no literal context), at the slowest preset: written
+# once by `costmodel blend`, read by every install, and 7% smaller than preset 6 on a CPU
+# model's per-store features
+_FOUR_BYTE_FILTERS = [{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME,
+                       "lc": 0, "lp": 2, "pb": 2}]
+
+
 def pack(data: bytes | np.ndarray) -> np.ndarray:
     """`data` (bytes, or an array's raw bytes) LZMA-compressed, as a uint8 array to store."""
-    raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
-    return np.frombuffer(lzma.compress(raw, preset=6), dtype=np.uint8)
+    if isinstance(data, np.ndarray) and data.dtype.itemsize == 4:
+        packed = lzma.compress(data.tobytes(), format=lzma.FORMAT_XZ, filters=_FOUR_BYTE_FILTERS)
+    else:
+        raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
+        packed = lzma.compress(raw, preset=6)
+    return np.frombuffer(packed, dtype=np.uint8)
 
 
 def unpack(array: np.ndarray) -> bytes:

@@ -1,6 +1,6 @@
 """The inference API everything else uses: load a checkpoint, predict latencies, fast.
 
-    predictor = CostModelPredictor.load("checkpoints/graphsage-v2.ckpt")
+    predictor = CostModelPredictor.load("checkpoints/graphsage-v3.ckpt")
     ensemble = CostModelPredictor.load(["seed0.ckpt", "seed1.ckpt", "seed2.ckpt"])
     on_gpu = CostModelPredictor.load("checkpoints/graphsage-h100.ckpt", device="cuda")
     seconds = predictor.predict([sch1, sch2, ...])          # Schedules or scheduled IRModules

@@ -134,9 +134,10 @@ def save_xgb(model, path: str, fingerprint: str, fitted_on: dict | None = None) 
     without unpickling anything (MetaSchedule's own `XGBModel.save` pickles its data).
 
     `fingerprint` names what it was trained on; `load_xgb` checks it (`fitted_on`, if given,
-    is written beside it for `load_store_model`). The booster's JSON and the distinct feature
-    rows are LZMA-packed (`costmodel.companions.pack`), each program's rows stored as indices
-    into them: about half the size of the plain arrays deflated.
+    is written beside it for `load_store_model`). The booster (XGBoost's binary JSON, UBJSON:
+    a sixth smaller packed than its JSON) and the distinct feature rows are LZMA-packed
+    (`costmodel.companions.pack`), each program's rows stored as indices into them: about half
+    the size of the plain arrays deflated.
     """
     pack = companions.pack
     groups = list(model.data.values())
@@ -152,7 +153,7 @@ def save_xgb(model, path: str, fingerprint: str, fitted_on: dict | None = None) 
             distinct_shape=np.array(distinct.shape, dtype=np.int64),
             distinct_features=pack(distinct), feature_index=pack(index.astype(np.int32)),
             costs=np.concatenate([np.asarray(g.costs, np.float32) for g in groups]),
-            booster_json=pack(bytes(model.booster.save_raw("json"))),
+            booster_ubj=pack(bytes(model.booster.save_raw("ubj"))),
             **({} if fitted_on is None else {KIND: np.array("xgb"),
                                              FITTED_ON: np.array(json.dumps(fitted_on))}))
 
@@ -170,11 +171,17 @@ def _stored_features(z) -> np.ndarray:
     return distinct.reshape(shape)[index]
 
 
+BOOSTER_KEYS = ("booster_ubj", "booster_json", "booster")  # newest layout first
+
+
 def _booster_bytes(z) -> bytearray:
-    """The booster of a `save_xgb` file: LZMA-packed JSON, or in the earliest layout (files of
-    the evaluation checkpoints in the history) XGBoost's own bytes as they are."""
-    return bytearray(companions.unpack(z["booster_json"]) if "booster_json" in z
-                     else z["booster"].tobytes())
+    """The booster of a `save_xgb` file: LZMA-packed UBJSON, or LZMA-packed JSON (the files
+    before it), or in the earliest layout (files of the evaluation checkpoints in the history)
+    XGBoost's own bytes as they are. XGBoost tells JSON from UBJSON by itself."""
+    for key in BOOSTER_KEYS[:2]:
+        if key in z:
+            return bytearray(companions.unpack(z[key]))
+    return bytearray(z["booster"].tobytes())
 
 
 def load_xgb(path: str, fingerprint: str | None = None, seed: int = 0,
@@ -660,7 +667,7 @@ def load_store_model(path: str, scoring_only: bool = False,
         with np.load(path, allow_pickle=False) as z:
             if KIND in z and FITTED_ON in z:
                 kind, fitted_on = str(z[KIND]), json.loads(str(z[FITTED_ON]))
-            elif ("booster_json" in z or "booster" in z) and "fingerprint" in z:  # save_xgb's
+            elif any(k in z for k in BOOSTER_KEYS) and "fingerprint" in z:  # save_xgb's
                 kind, fitted_on = "xgb", {"model": "xgb", "fingerprint": str(z["fingerprint"]),
                                           "records": int(z["rows"].size)}
             elif {"format", "model", "info"} <= set(z.files):  # a LightGBM companion, 1 or 2

@@ -244,7 +244,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trials", type=int, default=32, help="measured trials per workload")
     p.add_argument("--out", default="tuning-runs", help="output folder")
     p.add_argument("--checkpoint", action="append", help="cost-model checkpoint (default: "
-                   "the shipped one of the target's kind: graphsage-v2.ckpt for llvm, "
+                   "the shipped one of the target's kind: graphsage-v3.ckpt for llvm, "
                    "graphsage-h100.ckpt for cuda); give it again for a seed ensemble")
     p.add_argument("--target", help="TVM target (default: this machine's CPU)")
     p.add_argument("--tracker", help="RPC tracker host:port, to measure on a remote device")

@@ -30,21 +30,21 @@ def test_the_weight_whose_worst_validation_top1_is_highest_wins():
 
 
 def test_bad_input_is_one_line(tmp_path):
-    proc = run_bench("blend_weight.py", "--checkpoint", "checkpoints/graphsage-v2.ckpt",
+    proc = run_bench("blend_weight.py", "--checkpoint", "checkpoints/graphsage-v3.ckpt",
                      "--dataset", "data/llvm-full", "--ablation", str(tmp_path),
                      "--out", str(tmp_path / "out"))
     assert_clean_error(proc, "no readable summary.json", prog="blend_weight")
     (tmp_path / "summary.json").write_text(json.dumps({"variants": {"base": {}}}))
-    proc = run_bench("blend_weight.py", "--checkpoint", "checkpoints/graphsage-v2.ckpt",
+    proc = run_bench("blend_weight.py", "--checkpoint", "checkpoints/graphsage-v3.ckpt",
                      "--dataset", "data/llvm-full", "--ablation", str(tmp_path),
                      "--out", str(tmp_path / "out"))
     assert_clean_error(proc, "no variant blended with xgb", prog="blend_weight")
     (tmp_path / "f").write_text("x")
-    proc = run_bench("blend_weight.py", "--checkpoint", "checkpoints/graphsage-v2.ckpt",
+    proc = run_bench("blend_weight.py", "--checkpoint", "checkpoints/graphsage-v3.ckpt",
                      "--dataset", "data/llvm-full", "--out", str(tmp_path / "f" / "out"))
     assert_clean_error(proc, "is a file", prog="blend_weight")
     alone = tmp_path / "model.ckpt"  # a checkpoint without its pretrained XGBModel beside it
-    shutil.copy("checkpoints/graphsage-v2.ckpt", alone)
+    shutil.copy("checkpoints/graphsage-v3.ckpt", alone)
     proc = run_bench("blend_weight.py", "--checkpoint", str(alone), "--dataset", "data/llvm-full",
                      "--out", str(tmp_path / "out"))
     assert_clean_error(proc, "model.xgb.npz is missing", prog="blend_weight")

@@ -400,3 +400,26 @@ def test_the_transfer_bench_self_trains_on_the_other_modes_models(tiny_checkpoin
     whole = transfer(args + ["--shares", "1.0", "--modes", "scratch", "self_trained"], tmp_path)
     assert_clean_error(whole, "self_trained labels the records a share leaves out",
                        prog="transfer")
+
+
+def test_report_draws_a_finished_benchmarks_plot_again_from_its_summary(tmp_path):
+    """--report trains nothing: the committed summary of a finished run (xz-compressed) gives
+    its table and transfer.png; no summary, or a damaged one, is one line."""
+    committed = os.path.join(BENCH_DIR, "results", "cuda-h100", "transfer-10k-all")
+    out = tmp_path / "finished"
+    out.mkdir()
+    shutil.copy(os.path.join(committed, "summary.json.xz"), out)
+    proc = transfer(["--report", "--out", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "source, untrained: " in proc.stdout and "\ntraining " not in "\n" + proc.stdout
+    assert (out / "transfer.png").stat().st_size > 1000
+    assert sorted(os.listdir(out)) == ["summary.json.xz", "transfer.png"]
+    assert_clean_error(transfer(["--report", "--out", str(tmp_path / "empty")], tmp_path),
+                       "holds no summary.json", prog="transfer")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "summary.json").write_text('{"curves": 1}')
+    assert_clean_error(transfer(["--report", "--out", str(tmp_path / "bad")], tmp_path),
+                       "is no readable transfer summary", prog="transfer")
+    assert_clean_error(transfer(["--out", str(out)], tmp_path),
+                       "the following arguments are required: --dataset, --init-from",
+                       prog="transfer.py")

@@ -123,19 +123,37 @@ def test_a_lightgbm_companion_of_the_earlier_layout_still_blends(booster, tmp_pa
     assert blend.Companion.load(path, META, "m.ckpt").weight == 0.7
 
 
+def test_packed_payloads_round_trip_whatever_their_kind():
+    """Bytes and arrays of 1-, 4- and 8-byte items come back exactly (4-byte arrays, a feature
+    matrix and its indices, are packed with their own LZMA2 settings); anything else that is
+    handed to `unpack` is refused."""
+    from costmodel import companions
+
+    rng = np.random.default_rng(0)
+    features = np.round(rng.normal(size=(300, 7)), 2).astype(np.float32)
+    for data in (b"{\"trees\": []}", features, np.arange(300, dtype=np.int32),
+                 rng.integers(0, 255, 99, dtype=np.uint8), np.arange(5, dtype=np.int64)):
+        back = companions.unpack(companions.pack(data))
+        assert back == (data.tobytes() if isinstance(data, np.ndarray) else data)
+    assert len(companions.pack(features)) < features.nbytes
+    for bad in (np.frombuffer(b"not lzma", np.uint8), companions.pack(features)[:-9]):
+        with pytest.raises(ValueError, match="packed payload"):
+            companions.unpack(bad)
+
+
 def test_the_companion_lives_beside_its_checkpoint():
     assert blend.beside("checkpoints/graphsage-h100.ckpt") == \
         "checkpoints/graphsage-h100.lgb.npz"
 
 
-def _xgb_file(path, booster, fingerprint, programs=3):
+def _xgb_file(path, booster, fingerprint, programs=3, layout="ubj"):
     """A pretrained-XGBModel file as `costmodel.store_models.save_xgb` lays it out (the entries
-    the companion reads)."""
+    the companion reads; `layout` "json" as the files written before UBJSON)."""
     from costmodel import companions
 
     np.savez_compressed(path, fingerprint=np.array(fingerprint),
                         rows=np.ones(programs, dtype=np.int64),
-                        booster_json=companions.pack(bytes(booster.save_raw("json"))))
+                        **{f"booster_{layout}": companions.pack(bytes(booster.save_raw(layout)))})
 
 
 @pytest.fixture(scope="module")
@@ -148,16 +166,18 @@ def xgb_booster():
                      num_boost_round=5)
 
 
-def test_a_pretrained_xgbmodel_blends_once_it_holds_a_weight(xgb_booster, booster, tmp_path):
+@pytest.mark.parametrize("layout", ["ubj", "json"])
+def test_a_pretrained_xgbmodel_blends_once_it_holds_a_weight(xgb_booster, booster, tmp_path,
+                                                             layout):
     import xgboost as xgb
 
     path = str(tmp_path / "m.xgb.npz")
-    _xgb_file(path, xgb_booster, blend.xgb_fingerprint(META))
+    _xgb_file(path, xgb_booster, blend.xgb_fingerprint(META), layout=layout)
     assert blend.Companion.load(path, META, "m.ckpt") is None  # ms-xgb-pretrained's only
     assert blend.load_companion(str(tmp_path / "m.ckpt"), META) is None
     blend.set_weight(path, 0.3)
     with np.load(path, allow_pickle=False) as f:  # the other entries are kept as they were
-        assert sorted(f.files) == ["blend_weight", "booster_json", "fingerprint", "rows"]
+        assert sorted(f.files) == ["blend_weight", f"booster_{layout}", "fingerprint", "rows"]
     back = blend.load_companion(str(tmp_path / "m.ckpt"), META)
     assert back.name == "xgb" and back.info["scoring_only"]
     assert back.weight == 0.3 and back.path == path and back.fits(META)

@@ -193,22 +193,25 @@ def test_an_ensemble_averages_log_latency(tmp_path, graphs, target):
 def test_the_shipped_checkpoints_are_current_and_installed():
     from costmodel import checkpoints
 
-    ckpt = checkpoint.load(checkpoints.path("graphsage-v2.ckpt"), target_kind="llvm")
+    ckpt = checkpoint.load(checkpoints.path("graphsage-v3.ckpt"), target_kind="llvm")
     assert ckpt.meta["format_version"] == checkpoint.FORMAT_VERSION
     # not trained with per-workload normalisation: it predicts latency
     assert not ckpt.meta["normalization"].get("per_workload") and ckpt.predicts_latency
-    assert CostModelPredictor.load(checkpoints.path("graphsage-v2.ckpt")).predicts_latency
-    # tune's default is trained on every workload of the network dataset, nothing held out
+    assert CostModelPredictor.load(checkpoints.path("graphsage-v3.ckpt")).predicts_latency
+    # tune's default: the network tasks and, a head of their own, the same CPU's generated
+    # tasks, split cross-suite: the hand-written suite and novel network shapes never trained
     default = checkpoint.load(checkpoints.path())
-    assert os.path.basename(checkpoints.path()) == "graphsage-v2.ckpt"
-    assert default.meta["split"] == "all" and not default.meta["sides"]["test"]
+    assert os.path.basename(checkpoints.path()) == "graphsage-v3.ckpt"
+    assert default.meta["split"] == "cross-suite" and len(default.meta["sides"]["test"]) == 52
+    assert default.meta["test_dataset"] == "data/llvm-full" and default.meta["sides"]["val"]
+    assert [j["dataset"] for j in default.meta["joint"]] == ["data/llvm-znver4"]
     assert os.path.isfile(checkpoints.path().replace(".ckpt", ".xgb.npz"))
     # and predicts its blend with that pretrained XGBModel (a weight strictly between the two)
     cpu = CostModelPredictor.load(checkpoints.path())
     assert cpu.companion.name == "xgb" and 0 < cpu.companion.weight < 1
     assert cpu.companion.fits(default.meta)
     # the evaluation checkpoints are not shipped
-    for name in ("graphsage-v2-networks.ckpt", "graphsage.ckpt"):
+    for name in ("graphsage-v2.ckpt", "graphsage-v2-networks.ckpt", "graphsage.ckpt"):
         with pytest.raises(UserError, match="missing from this installation"):
             checkpoints.path(name)
     # the GPU model ships with its LightGBM companion, fitted on its own training records
@@ -222,11 +225,11 @@ def test_the_shipped_checkpoints_are_current_and_installed():
     # the files beside them are store models to the one interface of costmodel.store_models
     from costmodel.store_models import load_store_model
 
-    for name, kind in (("graphsage-v2.xgb.npz", "xgb"), ("graphsage-h100.lgb.npz", "lightgbm")):
+    for name, kind in (("graphsage-v3.xgb.npz", "xgb"), ("graphsage-h100.lgb.npz", "lightgbm")):
         model = load_store_model(checkpoints.path(name), scoring_only=True)
         assert model.name == kind and model.fitted_on["records"] > 7000
     assert cpu.companion.info["fingerprint"] == load_store_model(
-        checkpoints.path("graphsage-v2.xgb.npz"), scoring_only=True).fitted_on["fingerprint"]
+        checkpoints.path("graphsage-v3.xgb.npz"), scoring_only=True).fitted_on["fingerprint"]
 
 
 def test_models_are_created_by_name():

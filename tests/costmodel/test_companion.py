@@ -108,12 +108,12 @@ def test_a_checkpoint_blends_with_its_pretrained_xgbmodel_as_xgbmodel_predicts(
 
     # a weight again: the model is kept, the weight replaced
     with np.load(path, allow_pickle=False) as f:
-        fitted = f["booster_json"].tobytes()
+        fitted = f["booster_ubj"].tobytes()
     run_cli("blend", own_checkpoint, "--with", "xgb", "--weight", "0.6", prog="costmodel",
             check=True)
     assert CostModelPredictor.load(own_checkpoint).companion.weight == 0.6
     with np.load(path, allow_pickle=False) as f:
-        assert f["booster_json"].tobytes() == fitted
+        assert f["booster_ubj"].tobytes() == fitted
 
 
 def test_blend_bad_input_is_one_line(own_checkpoint, tiny_checkpoint, tiny_dataset, tmp_path):

@@ -471,7 +471,7 @@ def test_the_default_checkpoint_is_the_shipped_one_of_the_targets_kind():
     from datagen.errors import UserError
     from tuning.tuner import load_predictor
 
-    for kind, name in (("llvm", "graphsage-v2.ckpt"), ("cuda", "graphsage-h100.ckpt")):
+    for kind, name in (("llvm", "graphsage-v3.ckpt"), ("cuda", "graphsage-h100.ckpt")):
         path = checkpoints.for_target(kind)
         assert os.path.basename(path) == name
         assert checkpoint.load(path, target_kind=kind).meta["target_kind"] == kind
