@@ -213,10 +213,14 @@ def rpc_tracker():
 
 @pytest.fixture(scope="session")
 def tiny_dataset(tmp_path_factory) -> str:
-    """A real dataset: 12 measured schedules of each workload of the 'tiny' suite."""
+    """A real dataset: 12 measured schedules of each workload of the 'tiny' suite, measured on
+    one runtime thread: the tests that learn from its labels run beside another test worker, and
+    a kernel of a few microseconds on two threads, one of them descheduled by that neighbour,
+    was once measured a thousand times slower (labels no model can learn)."""
     out = str(tmp_path_factory.mktemp("tiny") / "ds")
     run_cli("collect", "tiny", "--out", out, "--per-workload", "12", "--batch-size", "6",
-            "--repeat", "3", "--min-repeat-ms", "5", "--no-progress", check=True, isolated=True)
+            "--repeat", "3", "--min-repeat-ms", "5", "--threads", "1", "--no-progress",
+            check=True, isolated=True)
     return out
 
 
