@@ -768,15 +768,17 @@ def report(args) -> int:
     from datagen.grid import read_json
 
     path = os.path.join(args.out, "summary.json")
-    if not os.path.exists(path) and not os.path.exists(path + ".xz"):
-        raise UserError(f"{args.out} holds no summary.json: run the benchmark into it first")
     try:
-        summary = read_json(path + ".xz")
-        print(format_table(summary))
-        plot(summary, os.path.join(args.out, "transfer.png"))
+        summary = read_json(path + ".xz")  # or the plain file, where it is not compressed
+        table = format_table(summary)
+    except FileNotFoundError:
+        raise UserError(f"{args.out} holds no summary.json: run the benchmark into it "
+                        "first") from None
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise UserError(f"{path} is no readable transfer summary ({err}); run the benchmark "
                         "into another --out") from None
+    print(table)
+    plot(summary, os.path.join(args.out, "transfer.png"))
     print(f"transfer.png in {args.out}")
     return 0
 
