@@ -22,6 +22,8 @@ is run again); `costmodel blend CHECKPOINT --with xgb --weight W` ships the choi
     python bench/blend_weight.py --checkpoint checkpoints/graphsage-v3.ckpt \\
         --dataset data/llvm-full --ablation bench/results/ood/ablations-v3-znver4-deep \\
         --out bench/results/ood/blend-weight-v3-znver4-deep
+
+Where an ablation run tried several variants, `--variant NAME` reads the checkpoint's own.
 """
 
 from __future__ import annotations
@@ -83,21 +85,34 @@ def cross_suite_curves(args) -> tuple[dict, dict]:
     return curves, sides
 
 
-def ablation_curves(path: str) -> dict:
+def ablation_curves(path: str, variant: str | None = None) -> dict:
     """The validation curves (top-1, tau per weight) of an ablation run's hybrid blends with
-    XGBModel, per variant."""
+    XGBModel, per variant (only `variant`'s when given: the checkpoint's own, where one run
+    tried several)."""
     from datagen.errors import UserError
 
+    import lzma
+
+    plain = os.path.join(path, "summary.json")  # or packed, as committed results are
     try:
-        with open(os.path.join(path, "summary.json")) as f:
+        with open(plain) if os.path.exists(plain) or not os.path.exists(plain + ".xz") \
+                else lzma.open(plain + ".xz", "rt") as f:
             summary = json.load(f)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, lzma.LZMAError) as err:
         raise UserError(f"--ablation {path}: no readable summary.json ({err})") from None
     found = {name: row["hybrid"]["val_curve"] for name, row in summary["variants"].items()
              if row.get("hybrid", {}).get("with") == "xgb" and "val_curve" in row["hybrid"]}
     if not found:
         raise UserError(f"--ablation {path}: no variant blended with xgb on its validation "
                         "workloads (run bench/ablations.py --hybrid xgb --hybrid-weight val)")
+    if variant is not None:
+        if variant not in found:
+            raise UserError(f"--ablation {path}: no variant {variant!r} blended with xgb "
+                            f"(it has {', '.join(sorted(found))})")
+        return {variant: found[variant]}
+    if len(found) > 1:
+        raise UserError(f"--ablation {path} tried {len(found)} variants "
+                        f"({', '.join(sorted(found))}); name the checkpoint's with --variant")
     return found
 
 
@@ -124,6 +139,8 @@ def main() -> int:
     parser.add_argument("--ablation", nargs="*", default=[], metavar="DIR",
                         help="bench/ablations.py outputs whose xgb blends' validation curves "
                         "also choose")
+    parser.add_argument("--variant", help="the checkpoint's variant in each --ablation "
+                        "summary (needed where a run tried several)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the cross-suite halves")
     parser.add_argument("--cache-dir", default=".cache/features")
     parser.add_argument("--out", default="bench/results/ood/blend-weight")
@@ -133,7 +150,7 @@ def main() -> int:
         output_folder(args.out, create=False)
         sources = {}
         for path in args.ablation:
-            for name, curve in ablation_curves(path).items():
+            for name, curve in ablation_curves(path, args.variant).items():
                 sources[f"{os.path.basename(os.path.normpath(path))}/{name}"] = curve
         curves, sides = cross_suite_curves(args)
         sources["cross-suite"] = curves["val"]
@@ -155,7 +172,7 @@ def main() -> int:
               f"{args.checkpoint} --with xgb --weight {weight:.1f}`")
         write_json(os.path.join(args.out, "summary.json"),  # whole or not at all
                    {"checkpoint": os.path.basename(args.checkpoint), "dataset": args.dataset,
-                    "seed": args.seed, "sides": sides, "weight": weight,
+                    "seed": args.seed, "variant": args.variant, "sides": sides, "weight": weight,
                     "rule": "max over weights of the min over sources of validation top-1",
                     "validation": sources, "cross_suite_test": curves["test"]}, indent=1)
         return 0

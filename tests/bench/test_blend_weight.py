@@ -2,6 +2,7 @@
 validation workloads, and its bad input (its real run: bench/results/ood/blend-weight)."""
 
 import json
+import lzma
 import shutil
 
 from conftest import assert_clean_error, bench_module, run_bench
@@ -48,4 +49,28 @@ def test_bad_input_is_one_line(tmp_path):
     proc = run_bench("blend_weight.py", "--checkpoint", str(alone), "--dataset", "data/llvm-full",
                      "--out", str(tmp_path / "out"))
     assert_clean_error(proc, "model.xgb.npz is missing", prog="blend_weight")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_of_several_variants_gives_the_checkpoints_own_curve(tmp_path):
+    curves = _script().ablation_curves
+    hybrid = {"with": "xgb", "val_curve": _curve({})}
+    (tmp_path / "summary.json").write_text(json.dumps(
+        {"variants": {"a": {"hybrid": hybrid}, "b": {"hybrid": hybrid}, "c": {}}}))
+    assert list(curves(str(tmp_path), "b")) == ["b"]
+    packed = tmp_path / "packed"  # committed results are xz-packed
+    packed.mkdir()
+    with lzma.open(packed / "summary.json.xz", "wt") as f:
+        f.write((tmp_path / "summary.json").read_text())
+    assert list(curves(str(packed), "a")) == ["a"]
+    proc = run_bench("blend_weight.py", "--checkpoint", "checkpoints/graphsage-v3.ckpt",
+                     "--dataset", "data/llvm-full", "--ablation", str(tmp_path),
+                     "--out", str(tmp_path / "out"))
+    assert_clean_error(proc, "tried 2 variants (a, b); name the checkpoint's with --variant",
+                       prog="blend_weight")
+    proc = run_bench("blend_weight.py", "--checkpoint", "checkpoints/graphsage-v3.ckpt",
+                     "--dataset", "data/llvm-full", "--ablation", str(tmp_path), "--variant",
+                     "c", "--out", str(tmp_path / "out"))
+    assert_clean_error(proc, "no variant 'c' blended with xgb (it has a, b)",
+                       prog="blend_weight")
     assert not (tmp_path / "out").exists()
