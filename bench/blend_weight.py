@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import os
 import sys
 
@@ -91,12 +92,10 @@ def ablation_curves(path: str, variant: str | None = None) -> dict:
     tried several)."""
     from datagen.errors import UserError
 
-    import lzma
-
-    plain = os.path.join(path, "summary.json")  # or packed, as committed results are
+    plain = os.path.join(path, "summary.json")
+    packed = not os.path.exists(plain) and os.path.exists(plain + ".xz")  # as results are kept
     try:
-        with open(plain) if os.path.exists(plain) or not os.path.exists(plain + ".xz") \
-                else lzma.open(plain + ".xz", "rt") as f:
+        with lzma.open(plain + ".xz", "rt") if packed else open(plain) as f:
             summary = json.load(f)
     except (OSError, ValueError, lzma.LZMAError) as err:
         raise UserError(f"--ablation {path}: no readable summary.json ({err})") from None
