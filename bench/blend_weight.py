@@ -29,8 +29,6 @@ Where an ablation run tried several variants, `--variant NAME` reads the checkpo
 from __future__ import annotations
 
 import argparse
-import json
-import lzma
 import os
 import sys
 
@@ -91,13 +89,12 @@ def ablation_curves(path: str, variant: str | None = None) -> dict:
     XGBModel, per variant (only `variant`'s when given: the checkpoint's own, where one run
     tried several)."""
     from datagen.errors import UserError
+    from datagen.grid import read_json
 
-    plain = os.path.join(path, "summary.json")
-    packed = not os.path.exists(plain) and os.path.exists(plain + ".xz")  # as results are kept
+    plain = os.path.join(path, "summary.json")  # a fresh run's, else the packed one kept
     try:
-        with lzma.open(plain + ".xz", "rt") if packed else open(plain) as f:
-            summary = json.load(f)
-    except (OSError, ValueError, lzma.LZMAError) as err:
+        summary = read_json(plain if os.path.exists(plain) else plain + ".xz")
+    except (OSError, ValueError) as err:
         raise UserError(f"--ablation {path}: no readable summary.json ({err})") from None
     found = {name: row["hybrid"]["val_curve"] for name, row in summary["variants"].items()
              if row.get("hybrid", {}).get("with") == "xgb" and "val_curve" in row["hybrid"]}
