@@ -274,16 +274,16 @@ class HeldOut:
         predictor.featurizer = featurize.Featurizer(
             json.loads(self.frame.target.iloc[0]), cache_dir=self.cache_dir,
             stores=views.stores, traces=views.traces, warps=views.warps)
-        member = predictor.members[0]
-        theirs = member.normalization
+        theirs = predictor.members[0].normalization  # one for every member of an ensemble
         frame = self.frame[self.frame.workload_key.isin(train_keys)]
         graphs = [g for g in predictor.featurizer.iter_records(
             zip(frame.workload_ir, frame.trace, frame.trace_hash))
             if not isinstance(g, featurize.FeaturizeError)]
         ours = Normalization.fit(graphs, np.ones(len(graphs)), per_flop=theirs.per_flop)
-        member.normalization = dataclasses.replace(  # the source's targets: it is not trained
-            ours.with_inputs_of(theirs), y_mean=theirs.y_mean, y_std=theirs.y_std,
-            per_workload=theirs.per_workload)
+        for member in predictor.members:  # the source's targets: it is not trained
+            member.normalization = dataclasses.replace(
+                ours.with_inputs_of(theirs), y_mean=theirs.y_mean, y_std=theirs.y_std,
+                per_workload=theirs.per_workload)
         return self.metrics(predictor, keys, count_ranked=True)
 
     def metrics(self, predictor, keys: list[str], count_ranked: bool = False) -> dict:

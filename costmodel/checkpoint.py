@@ -30,6 +30,12 @@ Entries (the checkpoints `train fit` writes have these plus Lightning's optimise
   and `view_options` of today's (`current_hparams`).
 - "state_dict": the network's parameters, each key prefixed with "model.".
 
+A seed ensemble packed in one file (`costmodel ensemble`, `CostModelPredictor.save` of several
+members) has "members" in place of "state_dict": one such dict per network, all of one
+description and hyperparameters, which record `ensemble` (the number of members). Either kind
+may store its parameters as float16 (`weights_dtype`, to halve the file): they load into the
+network's float32 parameters.
+
 Format versions: 1, written until tvm-costmodel 0.1.0 (no version, architecture or target
 kind); 2, now. `costmodel convert OLD NEW` turns a format-1 file into the current format.
 """
@@ -51,6 +57,8 @@ from datagen.errors import UserError, atomic_path
 FORMAT_VERSION = 2
 META_KEY = "costmodel"
 PREFIX = "model."
+MEMBERS = "members"  # the entry of a packed ensemble: one state dict per network
+PACKED = ("ensemble", "weights_dtype")  # what packing adds to the members' description
 # what the featuriser's graphs look like (the base views' `layout`): a checkpoint must agree
 # on every one of these
 LAYOUT = {k: v for view in views.VIEWS for k, v in view.layout.items()}
@@ -205,7 +213,21 @@ def validate(path: str, meta: dict, target_kind: str | None = None) -> None:
 
 
 def load(path: str, target_kind: str | None = None) -> Checkpoint:
-    """Read, check and rebuild a checkpoint; the network comes back in eval mode.
+    """Read, check and rebuild a checkpoint of one network; it comes back in eval mode.
+
+    Raises:
+        UserError: see `load_members`; also a packed ensemble (where one network is needed).
+    """
+    members = load_members(path, target_kind)
+    if len(members) != 1:
+        raise UserError(f"{path} is an ensemble of {len(members)} networks and this needs one: "
+                        "give one of the checkpoints it was packed from")
+    return members[0]
+
+
+def load_members(path: str, target_kind: str | None = None) -> list[Checkpoint]:
+    """Read, check and rebuild the network of a checkpoint, or each network of a packed
+    ensemble (`pack`); they come back in eval mode.
 
     Raises:
         UserError: see `read` and `validate`; also an unknown architecture, or weights that
@@ -214,30 +236,77 @@ def load(path: str, target_kind: str | None = None) -> Checkpoint:
     ckpt = read(path)
     meta = ckpt[META_KEY]
     validate(path, meta, target_kind)
-    try:
-        model = create_model(meta["architecture"])
-    except UserError as err:
-        raise UserError(f"{path}: {err}") from None
-    except TypeError as err:
-        raise UserError(f"{path}: architecture {meta['architecture']['name']!r} does not take "
-                        f"these arguments ({err})") from None
-    weights = {k.removeprefix(PREFIX): v for k, v in ckpt.get("state_dict", {}).items()
-               if k.startswith(PREFIX)}
-    try:
-        model.load_state_dict(weights)
-    except RuntimeError as err:
-        first = str(err).strip().splitlines()[0]
-        raise UserError(f"{path}: its weights do not fit architecture "
-                        f"{meta['architecture']['name']!r} ({first.rstrip(':.')})") from None
-    return Checkpoint(path, model.eval(), Normalization.from_dict(meta["normalization"]), meta,
-                      current_hparams(ckpt.get("hyper_parameters", {})))
+    states = ckpt[MEMBERS] if MEMBERS in ckpt else [ckpt.get("state_dict", {})]
+    if not isinstance(states, list) or not states or not all(isinstance(w, dict) for w in states):
+        raise UserError(f"{path}: its '{MEMBERS}' entry is not a list of networks' weights")
+    members = []
+    for state in states:
+        try:
+            model = create_model(meta["architecture"])
+        except UserError as err:
+            raise UserError(f"{path}: {err}") from None
+        except TypeError as err:
+            raise UserError(f"{path}: architecture {meta['architecture']['name']!r} does not "
+                            f"take these arguments ({err})") from None
+        weights = {k.removeprefix(PREFIX): v for k, v in state.items() if k.startswith(PREFIX)}
+        try:
+            model.load_state_dict(weights)  # float16 weights are copied into float32 ones
+        except RuntimeError as err:
+            first = str(err).strip().splitlines()[0]
+            raise UserError(f"{path}: its weights do not fit architecture "
+                            f"{meta['architecture']['name']!r} ({first.rstrip(':.')})") from None
+        members.append(Checkpoint(path, model.eval(),
+                                  Normalization.from_dict(meta["normalization"]), meta,
+                                  current_hparams(ckpt.get("hyper_parameters", {}))))
+    return members
 
 
-def save(path: str, model, meta: dict, hparams: dict) -> None:
+def _weights(model, half: bool) -> dict:
+    return {PREFIX + k: (v.detach().cpu().half() if half and v.is_floating_point()
+                         else v.detach().cpu()) for k, v in model.state_dict().items()}
+
+
+def save(path: str, model, meta: dict, hparams: dict, half: bool = False) -> None:
     """Write a checkpoint `load` reads back: the network's weights and its description only
-    (no optimiser state). Written to a temporary file and renamed, so never half there."""
+    (no optimiser state), the weights as float16 if `half`. Written to a temporary file and
+    renamed, so never half there."""
+    meta = {k: v for k, v in meta.items() if k not in PACKED}
+    if half:
+        meta["weights_dtype"] = "float16"
     ckpt = {META_KEY: meta, "hyper_parameters": dict(hparams),
-            "state_dict": {PREFIX + k: v.detach().cpu() for k, v in model.state_dict().items()}}
+            "state_dict": _weights(model, half)}
+    with atomic_path(path, ".ckpt") as tmp:
+        torch.save(ckpt, tmp)
+
+
+def pack(path: str, members: list[Checkpoint], half: bool = False) -> None:
+    """Write several networks trained alike (the seeds of one configuration) as one
+    checkpoint that `load_members` reads back (one network: as `save` writes it).
+
+    Raises:
+        UserError: members whose descriptions or training hyperparameters differ (another
+            split, dataset, target, architecture or loss): they are not one model's seeds.
+    """
+    if not members:
+        raise UserError("an ensemble needs at least one network")
+    first = members[0]
+    meta = {k: v for k, v in first.meta.items() if k not in PACKED}
+    for m in members[1:]:
+        theirs = {k: v for k, v in m.meta.items() if k not in PACKED}
+        differ = sorted(k for k in meta.keys() | theirs.keys() if meta.get(k) != theirs.get(k))
+        differ += sorted(k for k in first.hparams.keys() | m.hparams.keys()
+                         if first.hparams.get(k) != m.hparams.get(k))
+        if differ:
+            raise UserError(f"{m.path} and {first.path} differ in {', '.join(differ)}: an "
+                            "ensemble packs networks of one configuration trained with other "
+                            "seeds")
+    if len(members) == 1:
+        return save(path, first.model, meta, first.hparams, half)
+    meta["ensemble"] = len(members)
+    if half:
+        meta["weights_dtype"] = "float16"
+    ckpt = {META_KEY: meta, "hyper_parameters": dict(first.hparams),
+            MEMBERS: [_weights(m.model, half) for m in members]}
     with atomic_path(path, ".ckpt") as tmp:
         torch.save(ckpt, tmp)
 

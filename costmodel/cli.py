@@ -1,16 +1,19 @@
-"""The `costmodel` command: score, convert and blend checkpoints.
+"""The `costmodel` command: score, convert, blend and pack checkpoints.
 
     costmodel evaluate CHECKPOINT [CHECKPOINT ...] --dataset DIR --out DIR [--split shapes]
         [--cache-dir .cache/features] [--no-blend]
     costmodel convert OLD.ckpt NEW.ckpt
     costmodel blend CHECKPOINT [--with lightgbm|xgb] [--dataset DIR] [--weight 0.5]
         [--cache-dir .cache/features]
+    costmodel ensemble CHECKPOINT CHECKPOINT [...] --out ENSEMBLE.ckpt [--half]
 
 `costmodel evaluate` scores checkpoints against the tree baselines (MetaSchedule's XGBModel,
 TenSet's LightGBM and MLP) on held-out workloads (`costmodel.evaluate`); `costmodel convert`
 rewrites a checkpoint of an older format in the current one; `costmodel blend` fits TenSet's
 LightGBM (or MetaSchedule's XGBModel) on a checkpoint's training records and writes it beside
-the checkpoint, which then predicts the blend of both (`costmodel.blend`).
+the checkpoint, which then predicts the blend of both (`costmodel.blend`); `costmodel
+ensemble` packs the seeds of one configuration into one checkpoint that predicts their mean
+log-latency (with the first one's companion, copied beside it).
 """
 
 from __future__ import annotations
@@ -60,8 +63,25 @@ def _blend(args) -> int:
     return 0
 
 
+def _ensemble(args) -> int:
+    from costmodel.predictor import CostModelPredictor
+    from datagen.errors import UserError
+
+    if len(args.checkpoints) < 2:
+        raise UserError("an ensemble packs two checkpoints or more (one per training seed)")
+    if any(os.path.abspath(p) == os.path.abspath(args.out) for p in args.checkpoints):
+        raise UserError(f"--out {args.out} is one of the checkpoints packed: write elsewhere")
+    predictor = CostModelPredictor.load(args.checkpoints)
+    predictor.save(args.out, half=args.half)
+    print(f"wrote {args.out}: {len(predictor.members)} networks"
+          + (" (float16 weights)" if args.half else "")
+          + (f", its {predictor.companion.name} companion copied beside it"
+             if predictor.companion else ""))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`costmodel`: evaluate, convert and blend checkpoints."""
+    """`costmodel`: evaluate, convert, blend and pack checkpoints."""
     from costmodel.baselines import BASELINES
     from costmodel.blend import DEFAULT_WEIGHT
     from costmodel.companion_fit import COMPANIONS
@@ -118,6 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache-dir", metavar="DIR",
                    help="read and add per-store features here (training's is .cache/features)")
     p.set_defaults(func=_blend)
+    p = sub.add_parser("ensemble", help="pack the seeds of one configuration into one "
+                       "checkpoint (their mean log-latency)")
+    p.add_argument("checkpoints", nargs="+", help="one checkpoint per training seed")
+    p.add_argument("--out", required=True, help="the ensemble's checkpoint")
+    p.add_argument("--half", action="store_true",
+                   help="store the weights as float16: half the file, predictions within "
+                   "float16's rounding")
+    p.set_defaults(func=_ensemble)
     args = parser.parse_args(argv)
     return run_command("costmodel", args.func, args)
 

@@ -14,7 +14,7 @@ import json
 import os
 
 from costmodel import blend
-from costmodel.checkpoint import load as load_checkpoint
+from costmodel.checkpoint import load_members
 from datagen.errors import UserError
 
 LIGHTGBM_SEED = 0
@@ -51,7 +51,7 @@ def fit_companion(checkpoint_path: str, dataset: str | None = None,
         raise UserError(f"no companion model {model!r}; choose one of {', '.join(COMPANIONS)}")
     if not 0.0 <= weight <= 1.0:  # also refuses NaN
         raise UserError(f"the blend weight is the network's share, in [0, 1], not {weight}")
-    ckpt = load_checkpoint(checkpoint_path)
+    ckpt = load_members(checkpoint_path)[0]  # one network or a packed ensemble: one description
     out = out or (pretrained_xgb.beside(checkpoint_path) if model == "xgb"
                   else blend.beside(checkpoint_path))
     if not os.access(os.path.dirname(os.path.abspath(out)), os.W_OK):

@@ -191,7 +191,7 @@ class CostModelPredictor:
         """
         where = torch_device(device)
         paths = [paths] if isinstance(paths, str) else list(paths)
-        members = [checkpoint.load(p, target_kind) for p in paths]
+        members = [m for p in paths for m in checkpoint.load_members(p, target_kind)]
         for m in members:
             m.model.to(where)
         companion = blending.load_companion(paths[0], members[0].meta) if blend else None
@@ -203,9 +203,14 @@ class CostModelPredictor:
         return cls(members, cache_dir, companion)
 
     @property
+    def checkpoints(self) -> list[str]:
+        """The checkpoint files the members come from, each once (`load` reads them back)."""
+        return list(dict.fromkeys(m.path for m in self.members))  # a packed ensemble once
+
+    @property
     def files(self) -> list[str]:
         """The files the predictions come from: the checkpoints and any companion."""
-        return [m.path for m in self.members] + ([self.companion.path] if self.companion else [])
+        return self.checkpoints + ([self.companion.path] if self.companion else [])
 
     @property
     def device(self) -> torch.device:
@@ -273,16 +278,17 @@ class CostModelPredictor:
             companion = blending.Companion(store, blend_weight)
         return cls([member], cache_dir, companion)
 
-    def save(self, path: str) -> None:
-        """Write the (single) model as a checkpoint that `load` reads back, and its companion,
-        if any, beside it (`costmodel.blend`), where `load` finds it."""
+    def save(self, path: str, half: bool = False) -> None:
+        """Write the model as a checkpoint that `load` reads back (an ensemble packed in one
+        file: `checkpoint.pack`; the weights as float16 if `half`), and its companion, if any,
+        beside it (`costmodel.blend`), where `load` finds it.
+
+        Raises:
+            UserError: ensemble members of other configurations (`checkpoint.pack`).
+        """
         import shutil
 
-        if len(self.members) != 1:
-            raise UserError(f"an ensemble of {len(self.members)} is saved as one checkpoint "
-                            "per member; save each member's predictor")
-        m = self.members[0]
-        checkpoint.save(path, m.model, m.meta, m.hparams)
+        checkpoint.pack(path, self.members, half)
         if (c := self.companion) is None:
             return
         beside = companions.beside(path, blending.SUFFIXES[c.name])

@@ -205,7 +205,7 @@ def _tune_side_by_side(runs: list[dict], target, measurer, inputs, trials_per_it
 
     predictor = inputs.predictor
     job = {"target": target_json(target), "measurer": measurer.settings, "lock": lock,
-           "checkpoints": [m.path for m in predictor.members] if predictor else None,
+           "checkpoints": predictor.checkpoints if predictor else None,
            "blend": predictor is not None and predictor.companion is not None,
            "head": predictor.head if predictor else 0,
            "device": str(predictor.device) if predictor else None,

@@ -182,25 +182,74 @@ def test_an_ensemble_averages_log_latency(tmp_path, graphs, target):
     np.testing.assert_allclose(seconds, np.exp(np.mean(logs, axis=0)), rtol=1e-6)  # ... mean
     widths = [p.predict_and_embed(graphs)[1].shape[1] for p in singles]
     assert emb.shape == (len(graphs), sum(widths))
-    with pytest.raises(UserError, match="saved as one checkpoint per member"):
-        ensemble.save(str(tmp_path / "e.ckpt"))
     cuda = write(tmp_path / "cuda.ckpt", graphs, target,
                  target=json.dumps({"kind": "cuda", "arch": "sm_90a"}), target_kind="cuda")
     with pytest.raises(UserError, match="ensemble members disagree on the target"):
         CostModelPredictor.load([paths[0], cuda])
 
 
+def test_a_packed_ensemble_predicts_as_its_members(tmp_path, graphs, target):
+    paths = [write(tmp_path / f"s{s}.ckpt", graphs, target, seed=s) for s in (0, 1, 2)]
+    apart = CostModelPredictor.load(paths).predict_and_embed(graphs)
+    proc = run_cli("ensemble", *paths, "--out", str(tmp_path / "e.ckpt"), prog="costmodel")
+    assert proc.returncode == 0 and "3 networks" in proc.stdout, proc.stderr
+    packed = CostModelPredictor.load(str(tmp_path / "e.ckpt"))
+    assert len(packed.members) == 3 and packed.files == [str(tmp_path / "e.ckpt")]
+    for got, want in zip(packed.predict_and_embed(graphs), apart):
+        np.testing.assert_array_equal(got, want)  # the same networks, the same order
+    assert checkpoint.read(str(tmp_path / "e.ckpt"))["costmodel"]["ensemble"] == 3
+    # one network is what fine-tuning starts from: a packed file is refused there
+    with pytest.raises(UserError, match="is an ensemble of 3 networks and this needs one"):
+        checkpoint.load(str(tmp_path / "e.ckpt"))
+    # float16 weights: about half the file, the same ranking, log-latency within rounding
+    run_cli("ensemble", *paths, "--out", str(tmp_path / "h.ckpt"), "--half", prog="costmodel",
+            check=True)
+    half = CostModelPredictor.load(str(tmp_path / "h.ckpt"))
+    assert all(p.dtype == torch.float32 for m in half.members for p in m.model.parameters())
+    stored = checkpoint.read(str(tmp_path / "h.ckpt"))
+    assert stored["costmodel"]["weights_dtype"] == "float16" and {
+        w.dtype for state in stored["members"] for w in state.values()} == {torch.float16}
+    assert os.path.getsize(tmp_path / "h.ckpt") < os.path.getsize(tmp_path / "e.ckpt")
+    np.testing.assert_allclose(np.log(half.predict_graphs(graphs)), np.log(apart[0]),
+                               atol=5e-3)
+    # packing a packed file with another member flattens it; a single network stays a plain file
+    CostModelPredictor.load([str(tmp_path / "e.ckpt"), paths[0]]).save(str(tmp_path / "f.ckpt"))
+    assert len(CostModelPredictor.load(str(tmp_path / "f.ckpt")).members) == 4
+    CostModelPredictor.load(paths[0]).save(str(tmp_path / "one.ckpt"))
+    assert "ensemble" not in checkpoint.load(str(tmp_path / "one.ckpt")).meta
+
+
+def test_an_ensemble_packs_only_seeds_of_one_configuration(tmp_path, graphs, target):
+    a = write(tmp_path / "a.ckpt", graphs, target)
+    other = write(tmp_path / "b.ckpt", graphs, target, seed=1, dataset="data/y")
+    proc = run_cli("ensemble", a, other, "--out", str(tmp_path / "e.ckpt"), prog="costmodel")
+    assert_clean_error(proc, "differ in dataset", prog="costmodel")
+    assert not (tmp_path / "e.ckpt").exists()
+    proc = run_cli("ensemble", a, "--out", str(tmp_path / "e.ckpt"), prog="costmodel")
+    assert_clean_error(proc, "two checkpoints or more", prog="costmodel")
+    proc = run_cli("ensemble", a, str(tmp_path / "b.ckpt"), "--out", a, prog="costmodel")
+    assert_clean_error(proc, "is one of the checkpoints packed", prog="costmodel")
+    torch.save({"costmodel": checkpoint.read(a)["costmodel"], "members": {"x": 1}},
+               tmp_path / "bad.ckpt")
+    with pytest.raises(UserError, match="not a list of networks' weights"):
+        CostModelPredictor.load(str(tmp_path / "bad.ckpt"))
+
+
 def test_the_shipped_checkpoints_are_current_and_installed():
     from costmodel import checkpoints
 
-    ckpt = checkpoint.load(checkpoints.path("graphsage-v3.ckpt"), target_kind="llvm")
+    # a seed ensemble packed in one file (`costmodel ensemble --half`)
+    members = checkpoint.load_members(checkpoints.path("graphsage-v3.ckpt"), target_kind="llvm")
+    ckpt = members[0]
+    assert len(members) == 2 and ckpt.meta["ensemble"] == 2
+    assert ckpt.meta["weights_dtype"] == "float16"
     assert ckpt.meta["format_version"] == checkpoint.FORMAT_VERSION
     # not trained with per-workload normalisation: it predicts latency
     assert not ckpt.meta["normalization"].get("per_workload") and ckpt.predicts_latency
     assert CostModelPredictor.load(checkpoints.path("graphsage-v3.ckpt")).predicts_latency
     # tune's default: the network tasks and, a head of their own, the same CPU's generated
     # tasks, split cross-suite: the hand-written suite and novel network shapes never trained
-    default = checkpoint.load(checkpoints.path())
+    default = checkpoint.load_members(checkpoints.path())[0]
     assert os.path.basename(checkpoints.path()) == "graphsage-v3.ckpt"
     assert default.meta["split"] == "cross-suite" and len(default.meta["sides"]["test"]) == 52
     assert default.meta["test_dataset"] == "data/llvm-full" and default.meta["sides"]["val"]

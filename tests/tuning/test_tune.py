@@ -474,7 +474,7 @@ def test_the_default_checkpoint_is_the_shipped_one_of_the_targets_kind():
     for kind, name in (("llvm", "graphsage-v3.ckpt"), ("cuda", "graphsage-h100.ckpt")):
         path = checkpoints.for_target(kind)
         assert os.path.basename(path) == name
-        assert checkpoint.load(path, target_kind=kind).meta["target_kind"] == kind
+        assert checkpoint.load_members(path, target_kind=kind)[0].meta["target_kind"] == kind
         assert load_predictor(None, target_kind=kind).meta["target_kind"] == kind
     assert load_predictor(None).meta["target_kind"] == "llvm"
     with pytest.raises(UserError, match="no checkpoint ships for rocm targets"):
