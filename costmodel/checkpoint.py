@@ -261,22 +261,28 @@ def load_members(path: str, target_kind: str | None = None) -> list[Checkpoint]:
     return members
 
 
-def _weights(model, half: bool) -> dict:
-    return {PREFIX + k: (v.detach().cpu().half() if half and v.is_floating_point()
-                         else v.detach().cpu()) for k, v in model.state_dict().items()}
+def _write(path: str, meta: dict, hparams: dict, models: list, half: bool) -> None:
+    """One network's weights under "state_dict", several under `MEMBERS`, float16 if `half`;
+    written to a temporary file and renamed, so never half there."""
+    meta = {k: v for k, v in meta.items() if k not in PACKED}
+    if len(models) > 1:
+        meta["ensemble"] = len(models)
+    if half:
+        meta["weights_dtype"] = "float16"
+    weights = [{PREFIX + k: v.detach().cpu().half() if half and v.is_floating_point()
+                else v.detach().cpu() for k, v in model.state_dict().items()}
+               for model in models]
+    ckpt = {META_KEY: meta, "hyper_parameters": dict(hparams),
+            **({"state_dict": weights[0]} if len(weights) == 1 else {MEMBERS: weights})}
+    with atomic_path(path, ".ckpt") as tmp:
+        torch.save(ckpt, tmp)
 
 
 def save(path: str, model, meta: dict, hparams: dict, half: bool = False) -> None:
     """Write a checkpoint `load` reads back: the network's weights and its description only
     (no optimiser state), the weights as float16 if `half`. Written to a temporary file and
     renamed, so never half there."""
-    meta = {k: v for k, v in meta.items() if k not in PACKED}
-    if half:
-        meta["weights_dtype"] = "float16"
-    ckpt = {META_KEY: meta, "hyper_parameters": dict(hparams),
-            "state_dict": _weights(model, half)}
-    with atomic_path(path, ".ckpt") as tmp:
-        torch.save(ckpt, tmp)
+    _write(path, meta, hparams, [model], half)
 
 
 def pack(path: str, members: list[Checkpoint], half: bool = False) -> None:
@@ -290,25 +296,16 @@ def pack(path: str, members: list[Checkpoint], half: bool = False) -> None:
     if not members:
         raise UserError("an ensemble needs at least one network")
     first = members[0]
-    meta = {k: v for k, v in first.meta.items() if k not in PACKED}
     for m in members[1:]:
-        theirs = {k: v for k, v in m.meta.items() if k not in PACKED}
-        differ = sorted(k for k in meta.keys() | theirs.keys() if meta.get(k) != theirs.get(k))
+        differ = sorted(k for k in first.meta.keys() | m.meta.keys()
+                        if k not in PACKED and first.meta.get(k) != m.meta.get(k))
         differ += sorted(k for k in first.hparams.keys() | m.hparams.keys()
                          if first.hparams.get(k) != m.hparams.get(k))
         if differ:
             raise UserError(f"{m.path} and {first.path} differ in {', '.join(differ)}: an "
                             "ensemble packs networks of one configuration trained with other "
                             "seeds")
-    if len(members) == 1:
-        return save(path, first.model, meta, first.hparams, half)
-    meta["ensemble"] = len(members)
-    if half:
-        meta["weights_dtype"] = "float16"
-    ckpt = {META_KEY: meta, "hyper_parameters": dict(first.hparams),
-            MEMBERS: [_weights(m.model, half) for m in members]}
-    with atomic_path(path, ".ckpt") as tmp:
-        torch.save(ckpt, tmp)
+    _write(path, first.meta, first.hparams, [m.model for m in members], half)
 
 
 def convert(src: str, dst: str) -> dict:
