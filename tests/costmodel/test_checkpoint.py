@@ -201,7 +201,7 @@ def test_a_packed_ensemble_predicts_as_its_members(tmp_path, graphs, target):
     # one network is what fine-tuning starts from: a packed file is refused there
     with pytest.raises(UserError, match="is an ensemble of 3 networks and this needs one"):
         checkpoint.load(str(tmp_path / "e.ckpt"))
-    # float16 weights: about half the file, the same ranking, log-latency within rounding
+    # float16 weights: stored as float16, loaded as float32, log-latency within rounding
     run_cli("ensemble", *paths, "--out", str(tmp_path / "h.ckpt"), "--half", prog="costmodel",
             check=True)
     half = CostModelPredictor.load(str(tmp_path / "h.ckpt"))
