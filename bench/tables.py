@@ -11,8 +11,8 @@ The opening marker may wrap over several lines (it ends at `-->`); its words spl
 splits them, so a value with spaces is quoted. KIND names the kind of result file, and with it
 the renderer that reads it (`KINDS`; `--help` lists each kind's SELECTORs and FIELDs); each
 PATH is a result file relative to the README's own folder (for bench/README.md
-results/ood/ablations-novel-shapes/summary.json, for README.md
-bench/results/ood/ablations-novel-shapes/summary.json), and a PATH written KIND2:PATH is read
+results/ood/ablations-novel-shapes/summary.json.xz, for README.md
+bench/results/ood/ablations-novel-shapes/summary.json.xz), and a PATH written KIND2:PATH is read
 by another kind's renderer. The options:
 
 - head="label | first | second ...": the header row, the label column's cell and then one per
