@@ -74,7 +74,7 @@ def describe(result: dict) -> dict:
 
     times = np.array([s[1:] for s in result["samples"]])
     logs = np.log(times)
-    corr = np.corrcoef(logs.T) if len(times) > 2 else np.eye(times.shape[1])
+    corr = np.atleast_2d(np.corrcoef(logs.T)) if len(times) > 2 else np.eye(times.shape[1])
     out = {}
     for i, name in enumerate(result["programs"]):
         low, high = (float(np.percentile(times[:, i], p)) for p in PERCENTILES)
