@@ -122,7 +122,7 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    from datagen.errors import run_command
+    from datagen.errors import output_folder, run_command
     from datagen.grid import read_json, write_json
 
     def run(args) -> int:
@@ -130,7 +130,7 @@ def main() -> int:
             write_json(os.path.join(args.out, f"threads-{args.child}.json"),
                        timeline(args.run, args.kernels, args.tuners, args.budget, args.seconds))
             return 0
-        os.makedirs(args.out, exist_ok=True)
+        output_folder(args.out)  # before minutes of timing
         summary = {"run": args.run, "budget": args.budget, "seconds": args.seconds,
                    "threads": {}}
         results = {}

@@ -66,3 +66,7 @@ def test_a_tuner_with_no_run_is_one_line(tmp_path):
                      isolated=True)
     assert_clean_error(proc, "no measured trial to time", prog="two_speeds")
     assert not (tmp_path / "out" / "summary.json").exists()
+    (tmp_path / "file").write_text("")
+    proc = run_bench("two_speeds.py", "--run", run, "--kernels", KEY, "--out",
+                     str(tmp_path / "file" / "out"))
+    assert_clean_error(proc, "is a file, not a folder", prog="two_speeds")
