@@ -63,6 +63,28 @@ def read_pseudo_labels(path: str) -> pd.DataFrame:
     return table.assign(latency=latency).astype({"workload_key": str, "trace_hash": str})
 
 
+def same_programs(frame: pd.DataFrame, unseen: pd.DataFrame,
+                  hashes: dict[str, str] | None = None) -> pd.Series:
+    """Whether each record of `frame` is of a program that a workload of `unseen` is, by the
+    structural hash of its IRModule (`datagen.stats.task_hash`: names and keys aside), so that
+    a task collected under another key (a generated `conv2d/...` that is a network's layer)
+    is found too. `hashes` caches IR -> hash across calls."""
+    from datagen.stats import task_hash
+
+    hashes = {} if hashes is None else hashes
+    if unseen.empty or frame.empty:
+        return pd.Series(False, index=frame.index)
+
+    def of(ir: str) -> str:
+        if ir not in hashes:
+            hashes[ir] = task_hash(ir)
+        return hashes[ir]
+
+    theirs = {of(ir) for ir in unseen.workload_ir.unique()}
+    ours = {ir: of(ir) in theirs for ir in frame.workload_ir.unique()}
+    return frame.workload_ir.map(ours).astype(bool)
+
+
 def joint_records(joint_dataset: str | list[str], share: float, seed: int, target: str,
                   unseen: pd.DataFrame, dataset: str, split: str
                   ) -> tuple[pd.DataFrame, list[str], list[dict], int]:
@@ -76,11 +98,13 @@ def joint_records(joint_dataset: str | list[str], share: float, seed: int, targe
 
     In the splits out of distribution (`OUT_OF_DISTRIBUTION`) a joint workload that `split`
     would hold out is left out, whatever its target: the same program as a validation or
-    held-out workload (`unseen`, their records), one sharing a buffer shape with them
+    held-out workload (`unseen`, their records; by key or by structural hash,
+    `same_programs`), one sharing a buffer shape with them
     (novel-shapes), one of their families (unseen-family). Another CPU's measurements of a
     held-out program would teach the model that very program. Each folder's description
     counts them (`left_out`). In the other splits a folder of `target` itself may not hold
-    a workload of `unseen`: the same measurements of a held-out program would train.
+    a workload of `unseen` (by key or structural hash): the same measurements of a held-out
+    program would train.
 
     Raises:
         UserError: a folder is given twice, has no usable record, mixes targets, holds
@@ -94,6 +118,7 @@ def joint_records(joint_dataset: str | list[str], share: float, seed: int, targe
     shapes = set().union(*buffer_shapes(unseen).values()) \
         if split == "novel-shapes" and len(unseen) else set()
 
+    hashes: dict[str, str] = {}  # workload IR -> structural hash, shared by the folders
     folders = [joint_dataset] if isinstance(joint_dataset, str) else list(joint_dataset)
     if len({os.path.realpath(f) for f in folders}) < len(folders):
         raise UserError(f"joint_dataset names a folder twice ({', '.join(folders)}); "
@@ -106,7 +131,8 @@ def joint_records(joint_dataset: str | list[str], share: float, seed: int, targe
                             "records to train on")
         check_one_target(frame, folder)
         if frame.target.iloc[0] == target and split not in OUT_OF_DISTRIBUTION:
-            leaked = sorted(set(frame.workload_key) & unseen_keys)
+            leaked = sorted(set(frame.workload_key[frame.workload_key.isin(unseen_keys)
+                                                   | same_programs(frame, unseen, hashes)]))
             if leaked:
                 raise UserError(f"joint_dataset {folder} holds {len(leaked)} "
                                 f"validation or held-out workloads of {dataset} on the same "
@@ -115,7 +141,8 @@ def joint_records(joint_dataset: str | list[str], share: float, seed: int, targe
         dropped += lost
         left_out = 0
         if split in OUT_OF_DISTRIBUTION:
-            held = frame.workload_key.isin(unseen_keys) | frame.family.isin(families)
+            held = (frame.workload_key.isin(unseen_keys) | frame.family.isin(families)
+                    | same_programs(frame, unseen, hashes))
             if shapes:
                 theirs = buffer_shapes(frame)
                 held |= frame.workload_key.map(lambda key: bool(theirs[str(key)] & shapes))

@@ -262,6 +262,18 @@ def another_cpu_copy(dataset: str, folder, mcpu: str) -> str:
     of the same programs."""
     import json
 
+    return _changed_copy(dataset, folder, "target",
+                         lambda text: json.dumps({**json.loads(text), "mcpu": mcpu}))
+
+
+def renamed_copy(dataset: str, folder, prefix: str) -> str:
+    """A copy of `dataset` with every workload key under `prefix`: the same programs on the
+    same target collected under other keys (as a generated task that is a network's layer)."""
+    return _changed_copy(dataset, folder, "workload_key", lambda key: prefix + key)
+
+
+def _changed_copy(dataset: str, folder, column: str, change) -> str:
+    """A copy of `dataset`'s shards in `folder` with `change` applied to each `column` value."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -270,9 +282,8 @@ def another_cpu_copy(dataset: str, folder, mcpu: str) -> str:
     folder.mkdir()
     for path in shard_paths(dataset):
         table = pq.read_table(path)
-        target = json.dumps({**json.loads(table["target"][0].as_py()), "mcpu": mcpu})
-        i = table.schema.get_field_index("target")
-        table = table.set_column(i, table.schema.field(i), pa.array([target] * len(table),
-                                                                    pa.string()))
+        i = table.schema.get_field_index(column)
+        values = pa.array([change(v) for v in table[column].to_pylist()], pa.string())
+        table = table.set_column(i, table.schema.field(i), values)
         pq.write_table(table, folder / os.path.basename(path))
     return str(folder)

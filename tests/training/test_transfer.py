@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import another_cpu_copy, assert_clean_error, train_tiny
+from conftest import another_cpu_copy, assert_clean_error, renamed_copy, train_tiny
 from costmodel import checkpoint, featurize
 from costmodel.model import batch_inputs, create_model
 from costmodel.normalization import EPS, Normalization
@@ -515,6 +515,26 @@ def test_a_joint_dataset_of_the_same_target_trains_no_held_out_workload(tiny_dat
     kept = set(joint.workload_key.str.removeprefix(JOINT_PREFIX))
     assert kept and not kept & unseen and data.joint["left_out"] >= len(unseen)
     assert data.joint_targets == [data.target]  # its own head, standardised on its own
+
+
+@pytest.mark.slow
+def test_a_joint_program_under_another_key_is_found_by_its_structure(tiny_dataset, tmp_path):
+    """The same programs on the same target collected under other keys (a generated task
+    that is a held-out network's layer): refused in a split in distribution, left out in one
+    out of distribution, found by structural hash where the keys differ."""
+    renamed = renamed_copy(tiny_dataset, tmp_path / "renamed", "generated/")
+    kwargs = dict(dataset=tiny_dataset, val_fraction=0.5, cache_dir=str(tmp_path / "cache"),
+                  joint_dataset=renamed)
+    data = ScheduleDataModule(split="family", test_families=["softmax"], **kwargs)
+    with pytest.raises(UserError, match=r"holds \d+ validation or held-out workloads of "
+                                        r".* \(e\.g\. generated/"):
+        data.setup()
+    data = ScheduleDataModule(split="unseen-family", test_families=["softmax"], **kwargs)
+    data.setup()
+    unseen = set(data.frames["val"].workload_key) | set(data.frames["test"].workload_key)
+    joint = data.frames["train"][data.frames["train"]["head"] == 1]
+    kept = set(joint.workload_key.str.removeprefix(JOINT_PREFIX + "generated/"))
+    assert kept and not kept & unseen and data.joint["left_out"] >= len(unseen)
 
 
 @pytest.mark.slow
