@@ -3,15 +3,15 @@
     costmodel evaluate CHECKPOINT [CHECKPOINT ...] --dataset DIR --out DIR [--split shapes]
         [--cache-dir .cache/features] [--no-blend]
     costmodel convert OLD.ckpt NEW.ckpt
-    costmodel blend CHECKPOINT [--with lightgbm|xgb] [--dataset DIR] [--weight 0.5]
-        [--cache-dir .cache/features]
+    costmodel blend CHECKPOINT [--with lightgbm|xgb|mlp ...] [--weight 0.5] [--shares S ...]
+        [--dataset DIR] [--cache-dir .cache/features]
     costmodel ensemble CHECKPOINT CHECKPOINT [...] --out ENSEMBLE.ckpt [--half]
 
 `costmodel evaluate` scores checkpoints against the tree baselines (MetaSchedule's XGBModel,
 TenSet's LightGBM and MLP) on held-out workloads (`costmodel.evaluate`); `costmodel convert`
 rewrites a checkpoint of an older format in the current one; `costmodel blend` fits TenSet's
-LightGBM (or MetaSchedule's XGBModel) on a checkpoint's training records and writes it beside
-the checkpoint, which then predicts the blend of both (`costmodel.blend`); `costmodel
+LightGBM or MLP or MetaSchedule's XGBModel (or several) on a checkpoint's training records and
+writes them beside the checkpoint, which then predicts the blend (`costmodel.blend`); `costmodel
 ensemble` packs the seeds of one configuration into one checkpoint that predicts their mean
 log-latency (with the first one's companion, copied beside it).
 """
@@ -50,16 +50,12 @@ def _convert(args) -> int:
 
 
 def _blend(args) -> int:
-    from costmodel import blend
-    from costmodel.companion_fit import fit_companion
+    from costmodel.companion_fit import check_blend, fit_companion, shares_text
 
-    path = fit_companion(args.checkpoint, args.dataset, args.weight, args.out, args.cache_dir,
-                         model=args.with_)
-    print(f"wrote {path}: {args.weight:g} of the network blended with "
-          f"{1 - args.weight:g} of {blend.TITLES[args.with_]}")
-    if args.with_ == "xgb" and os.path.isfile(lgb := blend.beside(args.checkpoint)):
-        print(f"note: {lgb} is beside the checkpoint and blends in its place; delete it to "
-              "blend with XGBModel")
+    shares = check_blend(args.with_, args.weight, args.shares)
+    paths = fit_companion(args.checkpoint, args.dataset, args.weight, args.out, args.cache_dir,
+                          model=args.with_, shares=shares)
+    print(f"wrote {', '.join(paths)}: {shares_text(args.with_, args.weight, shares)}")
     return 0
 
 
@@ -126,15 +122,20 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("blend", help="fit a tree model on a checkpoint's training records "
                        "and write it beside the checkpoint, to blend with")
     p.add_argument("checkpoint")
-    p.add_argument("--with", dest="with_", choices=COMPANIONS, default="lightgbm",
-                   help="TenSet's LightGBM (NAME.lgb.npz) or the pretrained XGBModel "
-                   "(NAME.xgb.npz, kept if there, given the weight) [lightgbm]")
+    p.add_argument("--with", dest="with_", nargs="+", choices=COMPANIONS, default=["lightgbm"],
+                   metavar="MODEL", help="the tree models to blend with, of "
+                   f"{', '.join(COMPANIONS)}: TenSet's LightGBM (NAME.lgb.npz), the pretrained "
+                   "XGBModel (NAME.xgb.npz), TenSet's MLP (NAME.mlp.npz); each kept if fitted "
+                   "on these records already [lightgbm]")
+    p.add_argument("--shares", nargs="+", type=float, metavar="S",
+                   help="with several models, each one's share of the blend, adding up to 1 "
+                   "with --weight")
     p.add_argument("--dataset", help="the records it was trained on (default: the folder the "
                    "checkpoint names)")
     p.add_argument("--weight", type=float, default=DEFAULT_WEIGHT,
                    help=f"the network's share of the blend, in [0, 1] (default {DEFAULT_WEIGHT})")
-    p.add_argument("--out", help="default: NAME.lgb.npz (NAME.xgb.npz) beside NAME.ckpt, "
-                   "where it is used")
+    p.add_argument("--out", help="one model's file (default: NAME.lgb.npz, NAME.xgb.npz or "
+                   "NAME.mlp.npz beside NAME.ckpt, where it is used)")
     p.add_argument("--cache-dir", metavar="DIR",
                    help="read and add per-store features here (training's is .cache/features)")
     p.set_defaults(func=_blend)

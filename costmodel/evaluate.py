@@ -37,6 +37,19 @@ GRAPHSAGE = "graphsage"
 NOT_LATENCY = ("mape",)
 
 
+def _blended_with(companion) -> dict | None:
+    """What a report says of a predictor's companions: the file and model of one, each one's
+    with its share where several blend, and the network's share."""
+    if companion is None:
+        return None
+    out = {"file": os.path.basename(companion.path), "with": companion.name,
+           "weight": companion.weight}
+    if len(companion.models) > 1:
+        out["files"] = [os.path.basename(p) for p in companion.paths]
+        out["shares"] = [round(float(s), 6) for s in companion.shares]
+    return out
+
+
 def grouped_metrics(frame: pd.DataFrame, predicted: np.ndarray, latency: bool) -> dict:
     """Metrics overall, per family, per network and per workload; `predicted` orders like
     latency (lower is faster), and is a latency if `latency`. A record counts for every network
@@ -138,10 +151,14 @@ def _markdown(report: dict) -> str:
         lines.append(f"| {name} ({report['models'][name]['runs']} run(s)) | "
                      + " | ".join(cells) + " |")
     for blended in filter(None, report["models"][GRAPHSAGE].get("blended_with", [])):
-        trees = TITLES[blended.get("with", "lightgbm")]
-        lines += ["", f"{GRAPHSAGE} blends the network with {trees} fitted on the "
-                  f"same training records (`{blended['file']}`, {blended['weight']:g} of the "
-                  "network), standardised within each workload: it predicts what `tune` uses."]
+        kinds = blended.get("with", "lightgbm").split("+")
+        files = blended.get("files", [blended["file"]])
+        shares = blended.get("shares", [1 - blended["weight"]])
+        trees = " and ".join(f"{TITLES[n]} (`{f}`, {s:g})"
+                             for n, f, s in zip(kinds, files, shares))
+        lines += ["", f"{GRAPHSAGE} blends the network ({blended['weight']:g}) with {trees} "
+                  "fitted on the same training records, each standardised within each "
+                  "workload: it predicts what `tune` uses."]
         break
     if not report["models"][GRAPHSAGE].get("predicts_latency", True):
         lines += ["", f"{GRAPHSAGE} was trained with per-workload normalisation: it predicts a "
@@ -364,10 +381,7 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
                          "mean": mean, "std": std, "per_run": runs,
                          "checkpoints": [os.path.basename(c) for c in checkpoints],
                          "head": [p.head for p in predictors],
-                         "blended_with": [{"file": os.path.basename(p.companion.path),
-                                           "with": p.companion.name,
-                                           "weight": p.companion.weight} if p.companion else None
-                                          for p in predictors]}
+                         "blended_with": [_blended_with(p.companion) for p in predictors]}
     target = make_target(json.loads(meta["target"]))
     for name in names:  # each baseline once per checkpoint seed
         runs = []

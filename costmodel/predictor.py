@@ -9,9 +9,9 @@
     fitted = CostModelPredictor.fit(frame, blend_with="lightgbm")   # trained here, in one call
     fitted.save("mine.ckpt")                                # and its companion, mine.lgb.npz
 
-A checkpoint with a tree companion beside it (`costmodel.blend`: its LightGBM `NAME.lgb.npz`,
-or its pretrained XGBModel `NAME.xgb.npz` with a blend weight) predicts the blend of both
-unless loaded with `blend=False`.
+A checkpoint with tree companions beside it (`costmodel.blend`: its LightGBM `NAME.lgb.npz`,
+its pretrained XGBModel `NAME.xgb.npz`, its MLP `NAME.mlp.npz`, each whose file holds a blend
+weight) predicts the blend unless loaded with `blend=False`.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ import numpy as np
 import torch
 
 from costmodel import blend as blending
-from costmodel import checkpoint, companions, featurize, views
+from costmodel import checkpoint, featurize, views
 from costmodel.model import batch_inputs
 from costmodel.splits import head_for
-from datagen.errors import UserError, atomic_path
+from datagen.errors import UserError
 
 PREDICT_BATCH = 128  # graphs per forward pass; smaller batches overlap more with lowering
 
@@ -210,7 +210,7 @@ class CostModelPredictor:
     @property
     def files(self) -> list[str]:
         """The files the predictions come from: the checkpoints and any companion."""
-        return self.checkpoints + ([self.companion.path] if self.companion else [])
+        return self.checkpoints + (self.companion.paths if self.companion else [])
 
     @property
     def device(self) -> torch.device:
@@ -226,7 +226,7 @@ class CostModelPredictor:
         (`costmodel.store_models.StoreModel.fit`): what `train fit` does with the "all" split,
         `max_epochs` epochs on the CPU, the last epoch kept (every workload trains, unless
         `val_fraction` of them validate, which only reports: no epoch is chosen on them); with
-        `blend_with` ("lightgbm" or "xgb"), blended with that store model fitted on the same
+        `blend_with` ("lightgbm", "xgb" or "mlp"), blended with that store model fitted on the same
         training records (`blend_weight` of the network's).
 
         Args:
@@ -286,17 +286,9 @@ class CostModelPredictor:
         Raises:
             UserError: ensemble members of other configurations (`checkpoint.pack`).
         """
-        import shutil
-
         checkpoint.pack(path, self.members, half)
-        if (c := self.companion) is None:
-            return
-        beside = companions.beside(path, blending.SUFFIXES[c.name])
-        if c.path is None:
-            c.save(beside)
-        elif os.path.abspath(c.path) != os.path.abspath(beside):
-            with atomic_path(beside, ".npz") as tmp:  # the file it was loaded from, as it is
-                shutil.copyfile(c.path, tmp)
+        if self.companion is not None:
+            self.companion.save_beside(path)
 
     def predict_graphs(self, graphs: list, groups=None) -> np.ndarray:
         """Latency in seconds for each `ProgramGraph` (a relative score if not
@@ -316,7 +308,7 @@ class CostModelPredictor:
             groups = np.zeros(len(log_seconds)) if groups is None else np.asarray(groups)
             if len(groups) != len(log_seconds):
                 raise ValueError(f"{len(groups)} groups for {len(log_seconds)} graphs")
-            log_seconds = blending.blend(log_seconds, throughput, groups, self.companion.weight)
+            log_seconds = self.companion.blend(log_seconds, throughput, groups)
         return np.exp(log_seconds), embeddings
 
     @torch.no_grad()

@@ -125,7 +125,7 @@ class PriorMix(PriorGP):
     """A prior mixed from several models, reweighted online, plus PriorGP's GP residual.
 
     Each candidate's prior is a vector: the network's log-latency, and, where the predictor
-    has a tree companion, its negated throughput, and, with an `xgb` model, MetaSchedule's
+    has tree companions, each one's negated throughput, and, with an `xgb` model, MetaSchedule's
     XGBModel's negated score (each ordered like latency; the companion's, when the companion is
     that XGBModel). Each part is standardised over every
     candidate scored in the run; the mixture is the parts' weighted sum, its weights each part's
@@ -143,11 +143,10 @@ class PriorMix(PriorGP):
 
     def __init__(self, predictor, seed: int, xgb=None, context=None):
         super().__init__(predictor, seed)
-        companion = predictor.companion.name if predictor.companion is not None else None
-        self.xgb = xgb if companion != "xgb" else None  # the companion scores it, faster
+        trees = predictor.companion.names if predictor.companion is not None else []
+        self.xgb = xgb if "xgb" not in trees else None  # the companion scores it, faster
         self.context = context
-        self.names = ["network"] + ([companion] if companion else []) \
-            + (["xgb"] if self.xgb is not None else [])
+        self.names = ["network"] + trees + (["xgb"] if self.xgb is not None else [])
         self.seen_parts: list[np.ndarray] = []  # every candidate's parts, for the scales
         self.weights = np.full(len(self.names), 1.0 / len(self.names))
         self.scale = (0.0, 1.0)  # log-latency = a + b * mixture
@@ -156,8 +155,8 @@ class PriorMix(PriorGP):
     def features(self, cands) -> tuple[list, np.ndarray]:
         log_seconds, throughput, emb = self.predictor.score_parts([c.sch for c in cands])
         parts = [log_seconds]
-        if throughput is not None:
-            parts.append(-throughput)
+        if throughput is not None:  # a column per tree model where several blend
+            parts += list(-np.asarray(throughput, float).reshape(len(log_seconds), -1).T)
         if self.xgb is not None:
             parts.append(-self._xgb_scores(cands))
         parts = np.stack(parts, axis=1).astype(np.float64)

@@ -60,7 +60,7 @@ def test_a_blended_checkpoint_predicts_the_blend_and_evaluates_as_it(own_checkpo
     report = json.loads((out / "report.json").read_text())
     assert report["models"]["graphsage"]["blended_with"] == \
         [{"file": "model.lgb.npz", "with": "lightgbm", "weight": 0.4}]
-    assert "blends the network with TenSet's LightGBM" in (out / "report.md").read_text()
+    assert "blends the network (0.4) with TenSet's LightGBM" in (out / "report.md").read_text()
     run_cli("evaluate", own_checkpoint, "--dataset", tiny_dataset, "--out", str(out),
             "--no-baseline", "--no-blend", prog="costmodel", check=True)
     assert json.loads((out / "report.json").read_text())["models"]["graphsage"][
@@ -230,3 +230,107 @@ def test_a_joint_checkpoints_companions_fit_the_joint_records_it_trained_on(tiny
     with pytest.raises(UserError, match=r"a 0.5 share of the \d+ records of joint dataset .* "
                                         r"which now has \d+: that share cannot be drawn again"):
         trained_records(ckpt, meta, None, "this test")
+
+
+def test_a_checkpoint_blends_with_several_tree_models_at_their_shares(own_checkpoint,
+                                                                      tiny_dataset, tmp_path):
+    """`costmodel blend --with xgb mlp --weight W --shares A B`: TenSet's MLP fitted on the
+    checkpoint's training records beside its pretrained XGBModel, each file holding the
+    network's share and its own; the checkpoint then predicts the three-way blend (each part
+    standardised per workload), bo-mix reads each part, `tune --network-share` scales the
+    trees' shares alike, and blending with one model again takes the other's weight away."""
+    from costmodel import blend, companions
+    from costmodel.predictor import CostModelPredictor
+    from costmodel.store_models import load_store_model, load_xgb, per_store_features
+    from costmodel.splits import usable
+    from datagen.records import read_records
+    from datagen.tvm_env import make_target
+    from tuning.search import PriorMix
+
+    proc = run_cli("blend", own_checkpoint, "--with", "xgb", "mlp", "--weight", "0.2",
+                   "--shares", "0.5", "0.3", prog="costmodel", check=True)
+    xgb_path = companions.beside(own_checkpoint, companions.XGB_SUFFIX)
+    mlp_path = companions.beside(own_checkpoint, companions.MLP_SUFFIX)
+    assert f"wrote {xgb_path}, {mlp_path}: 0.2 of the network blended with 0.5 of " \
+           "MetaSchedule's XGBModel and 0.3 of TenSet's MLP" in proc.stdout
+    assert blend.stored_weights(xgb_path) == (0.2, 0.5)
+    assert blend.stored_weights(mlp_path) == (0.2, 0.3)
+    blended = CostModelPredictor.load(own_checkpoint)
+    alone = CostModelPredictor.load(own_checkpoint, blend=False)
+    c = blended.companion
+    assert c.name == "xgb+mlp" and c.weight == 0.2
+    np.testing.assert_allclose(c.shares, [0.5, 0.3])
+    assert blended.files == [own_checkpoint, xgb_path, mlp_path]
+
+    # the blend by hand: each model's own scores, standardised per workload
+    frame, _ = usable(read_records(tiny_dataset))
+    target = make_target(json.loads(alone.meta["target"]))
+    mlp = load_store_model(mlp_path)
+    from costmodel.store_models import predict_xgb
+    xgb_scores = predict_xgb(load_xgb(xgb_path), frame, target).to_numpy()
+    mlp_scores = mlp.score(frame, per_store_features(frame, target)).to_numpy()
+    groups = frame.workload_key.to_numpy()
+    log_alone = np.log(alone.predict_records(frame))
+    expected = blend.blend(log_alone, np.stack([xgb_scores, mlp_scores], axis=1), groups, 0.2,
+                           [0.5, 0.3])
+    np.testing.assert_allclose(np.log(blended.predict_records(frame)), expected, atol=1e-4)
+    # the MLP scores a program's store rows as it scores the records
+    np.testing.assert_allclose(mlp.throughput(per_store_features(frame, target)), mlp_scores,
+                               rtol=1e-5, atol=1e-5)
+    # bo-mix: one part per model
+    assert PriorMix(blended, 0, xgb=load_xgb(xgb_path)).names == ["network", "xgb", "mlp"]
+    # the network's share set later (tune --network-share) scales the trees' alike
+    c.weight = 0.6
+    np.testing.assert_allclose(c.shares, [0.25, 0.15])
+
+    # the report names both files and their shares
+    out = tmp_path / "eval"
+    run_cli("evaluate", own_checkpoint, "--dataset", tiny_dataset, "--out", str(out),
+            "--no-baseline", prog="costmodel", check=True)
+    assert json.loads((out / "report.json").read_text())["models"]["graphsage"][
+        "blended_with"] == [{"file": "model.xgb.npz", "with": "xgb+mlp", "weight": 0.2,
+                             "files": ["model.xgb.npz", "model.mlp.npz"],
+                             "shares": [0.5, 0.3]}]
+    # saved elsewhere (an ensemble's companions are copied): both files follow, as they are
+    copy = tmp_path / "copy" / "again.ckpt"
+    copy.parent.mkdir()
+    blended.companion.weight = 0.2
+    blended.save(str(copy))
+    again = CostModelPredictor.load(str(copy))
+    assert again.companion.name == "xgb+mlp"
+    np.testing.assert_allclose(again.companion.shares, [0.5, 0.3])
+
+    # one of a blend's files gone: one line where it is loaded
+    moved = tmp_path / "mlp.npz"
+    shutil.move(mlp_path, moved)
+    with pytest.raises(UserError, match=r"do not add up to 1 \(one of the blend's files "
+                                        r"missing\?\); write the blend again"):
+        CostModelPredictor.load(own_checkpoint)
+    shutil.move(moved, mlp_path)
+    # blending with one model again: the MLP is kept on disk, no longer blended
+    with np.load(mlp_path, allow_pickle=False) as f:
+        weights = {k: f[k].copy() for k in f.files if k.startswith("weight:")}
+    run_cli("blend", own_checkpoint, "--with", "mlp", "--weight", "0.4", prog="costmodel",
+            check=True)
+    assert blend.stored_weights(xgb_path) == (None, None)
+    assert blend.stored_weights(mlp_path) == (0.4, None)
+    with np.load(mlp_path, allow_pickle=False) as f:  # kept, not fitted again
+        assert all(np.array_equal(f[k], v) for k, v in weights.items())
+    only = CostModelPredictor.load(own_checkpoint).companion
+    assert only.name == "mlp" and only.weight == 0.4
+
+
+def test_blend_of_several_bad_input_is_one_line(own_checkpoint, tmp_path):
+    import os
+
+    for args, message in (
+            (["--with", "xgb", "mlp"], "give each of the 2 tree models its share"),
+            (["--with", "xgb", "mlp", "--shares", "0.5"], "1 shares for 2 tree models"),
+            (["--with", "xgb", "mlp", "--weight", "0.2", "--shares", "0.5", "0.5"],
+             "must be in [0, 1] and add up to 1"),
+            (["--with", "xgb", "xgb", "--shares", "0.2", "0.3"], "names a model twice"),
+            (["--with", "xgb", "mlp", "--shares", "0.2", "0.3", "--out",
+              str(tmp_path / "x.npz")], "--out names one file")):
+        proc = run_cli("blend", own_checkpoint, *args, prog="costmodel")
+        assert_clean_error(proc, message, prog="costmodel")
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".npz")]

@@ -50,7 +50,7 @@ def test_records_it_cannot_fit_on_are_one_clear_error(tiny_dataset):
     frame = read_records(tiny_dataset)
     with pytest.raises(UserError, match="lack the columns trace"):
         CostModelPredictor.fit(frame.drop(columns=["trace"]), **SMALL)
-    with pytest.raises(UserError, match="cannot blend with 'mlp'"):
-        CostModelPredictor.fit(frame, blend_with="mlp", **SMALL)
+    with pytest.raises(UserError, match="cannot blend with 'forest'"):
+        CostModelPredictor.fit(frame, blend_with="forest", **SMALL)
     with pytest.raises(UserError, match=r"in \[0, 1\]"):
         CostModelPredictor.fit(frame, blend_with="lightgbm", blend_weight=1.5, **SMALL)
