@@ -54,11 +54,23 @@ def same_models(a: dict | None, b: dict | None) -> bool:
 
 def model_ids(inputs: SearchInputs) -> dict:
     """The models the tuners search with (file names and SHA-256): a pair run with other
-    models is not read back."""
-    def ident(path):
-        with open(path, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()
-        return {"file": os.path.basename(path), "sha256": digest}
+    models is not read back. The pretrained XGBModel is named by its model's arrays alone:
+    its file beside a checkpoint also carries the blend's weights, which bo reads (in the
+    checkpoints' names) and ms-xgb-pretrained does not."""
+    def ident(path, model_only: bool = False):
+        digest = hashlib.sha256()
+        if model_only:
+            import numpy as np
+
+            from costmodel.blend import SHARE, WEIGHT
+
+            with np.load(path, allow_pickle=False) as z:
+                for key in sorted(set(z.files) - {WEIGHT, "weight", SHARE}):
+                    digest.update(key.encode() + b"\0" + z[key].tobytes())
+        else:
+            with open(path, "rb") as f:
+                digest.update(f.read())
+        return {"file": os.path.basename(path), "sha256": digest.hexdigest()}
 
     ids = {}
     if inputs.predictor is not None:
@@ -67,7 +79,7 @@ def model_ids(inputs: SearchInputs) -> dict:
             ids["checkpoints"].append({"file": "network_share",
                                        "sha256": f"{inputs.network_share:g}"})
     if inputs.pretrained_xgb:
-        ids["pretrained_xgb"] = ident(inputs.pretrained_xgb)
+        ids["pretrained_xgb"] = ident(inputs.pretrained_xgb, model_only=True)
     return ids
 
 

@@ -155,6 +155,33 @@ def test_the_summary_gives_each_tuners_wall_time_per_trial(tmp_path):
     assert wall_seconds(str(tmp_path)) is None and wall_seconds(str(tmp_path / "no")) is None
 
 
+def test_the_pretrained_xgbmodel_is_named_by_its_model_not_the_blend_weights_it_carries(
+        tmp_path):
+    """A blend weight written into the pretrained XGBModel's file (`costmodel blend --with
+    xgb`) changes what bo searches with, not what ms-xgb-pretrained does: its runs stay
+    read back; another model in the file is another model."""
+    import shutil
+
+    import numpy as np
+
+    from costmodel.blend import set_weight
+    from tuning.runs import model_ids
+    from tuning.tuner import SearchInputs
+
+    path = str(tmp_path / "m.xgb.npz")
+    shutil.copy("checkpoints/graphsage-v3.xgb.npz", path)
+    before = model_ids(SearchInputs(pretrained_xgb=path))["pretrained_xgb"]
+    set_weight(path, 0.7, 0.2)
+    assert model_ids(SearchInputs(pretrained_xgb=path))["pretrained_xgb"] == before
+    set_weight(path, None)
+    assert model_ids(SearchInputs(pretrained_xgb=path))["pretrained_xgb"] == before
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["costs"] = arrays["costs"] * 2
+    np.savez(path, **arrays)
+    assert model_ids(SearchInputs(pretrained_xgb=path))["pretrained_xgb"] != before
+
+
 def test_runs_and_pairs_of_other_models_are_not_read_back(tmp_path):
     import json
 
