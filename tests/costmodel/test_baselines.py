@@ -180,11 +180,12 @@ def test_every_store_model_fits_scores_saves_and_loads_through_one_interface(tin
         with np.load(path, allow_pickle=False) as z:
             text = unpack(z["model"]).decode()
         assert "leaf_value=" in text and not any(key in text for key in TRAINING_ONLY)
-    else:  # its weights stored as float16: the scores move by a small share of their spread
+    if name == "mlp":  # its matrices stored as int8: the scores move by a small share of their spread
         np.testing.assert_allclose(loaded.score(ok), scores, atol=0.01 * np.ptp(scores))
         with np.load(path, allow_pickle=False) as z:
-            assert all(z[k].dtype == np.uint8 for k in z.files if k.startswith("weight:"))
-            arrays = {k: z[k] for k in z.files if not k.startswith("weight:")}
+            assert all(z[k].dtype == np.uint8 for k in z.files
+                       if k.startswith("weight:") and f"qscale:{k[7:]}" in z.files)
+            arrays = {k: z[k] for k in z.files if k[:7] not in ("weight:", "qscale:")}
         net, _ = model.model  # the float32 layout of the files before: loads as it was
         np.savez(str(tmp_path / "f32.npz"), **arrays, **{
             f"weight:{k}": v.numpy() for k, v in net.state_dict().items()})
@@ -204,3 +205,14 @@ def test_every_store_model_fits_scores_saves_and_loads_through_one_interface(tin
         load_store_model(str(tmp_path / "other.npz"))
     with pytest.raises(UserError, match="missing.npz is not a readable store model"):
         load_store_model(str(tmp_path / "missing.npz"))
+
+
+def test_a_matrix_quantised_to_int8_keeps_each_value_within_half_a_step_of_its_row():
+    from costmodel.store_models import quantised
+
+    matrix = np.random.default_rng(0).normal(size=(6, 50)).astype(np.float32)
+    matrix[2] = 0.0  # a row of zeros keeps a usable scale
+    q, scale = quantised(matrix)
+    assert q.dtype == np.int8 and scale.dtype == np.float32 and np.abs(q).max() <= 127
+    assert (np.abs(q * scale[:, None] - matrix) <= scale[:, None] / 2 + 1e-7).all()
+    assert not q[2].any()

@@ -255,10 +255,11 @@ def test_the_shipped_checkpoints_are_current_and_installed():
     assert default.meta["test_dataset"] == "data/llvm-full" and default.meta["sides"]["val"]
     assert [j["dataset"] for j in default.meta["joint"]] == ["data/llvm-znver4"]
     assert os.path.isfile(checkpoints.path().replace(".ckpt", ".xgb.npz"))
-    # and predicts its blend with that pretrained XGBModel (a weight strictly between the two)
+    # and predicts its blend with that pretrained XGBModel and TenSet's MLP (each a share)
     cpu = CostModelPredictor.load(checkpoints.path())
-    assert cpu.companion.name == "xgb" and 0 < cpu.companion.weight < 1
-    assert cpu.companion.fits(default.meta)
+    assert cpu.companion.name == "xgb+mlp" and 0 < cpu.companion.weight < 1
+    assert all(cpu.companion.shares > 0) and cpu.companion.fits(default.meta)
+    assert abs(cpu.companion.weight + cpu.companion.shares.sum() - 1) < 1e-9
     # the evaluation checkpoints are not shipped
     for name in ("graphsage-v2.ckpt", "graphsage-v2-networks.ckpt", "graphsage.ckpt"):
         with pytest.raises(UserError, match="missing from this installation"):

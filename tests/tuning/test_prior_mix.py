@@ -34,7 +34,7 @@ def workloads():
 def mix(companion: bool, xgb: bool = False, kind: str = "lightgbm") -> PriorMix:
     # the mixture itself needs no network: only whether the predictor has a companion, and which
     predictor = types.SimpleNamespace(
-        companion=types.SimpleNamespace(name=kind) if companion else None)
+        companion=types.SimpleNamespace(names=[kind]) if companion else None)
     return PriorMix(predictor, seed=0, xgb=object() if xgb else None)
 
 

@@ -410,7 +410,7 @@ def test_the_mixture_cost_model_follows_the_part_that_ranks_the_measurements():
         return -y[idx], -y[idx] + 0.05 * rng.standard_normal(len(idx)), emb[idx]
 
     predictor = types.SimpleNamespace(target_kind="llvm", score_parts=score_parts,
-                                      companion=types.SimpleNamespace(name="lightgbm"))
+                                      companion=types.SimpleNamespace(names=["lightgbm"]))
     model = MixtureCostModel(predictor, seed=0)._inst  # the Python side MetaSchedule calls
     context = types.SimpleNamespace(target=types.SimpleNamespace(
         kind=types.SimpleNamespace(name="llvm")))
