@@ -45,32 +45,45 @@ def pair_file(out: str, workload_key: str, seed: int) -> str:
 
 def same_models(a: dict | None, b: dict | None) -> bool:
     """Whether two `model_ids` name the same models: by content (SHA-256), whatever the files
-    were called (a pretrained XGBModel read from its cache, then from beside its checkpoint)."""
-    def digests(ids):
-        return {kind: [m["sha256"] for m in (v if isinstance(v, list) else [v])]
-                for kind, v in (ids or {}).items()}
-    return digests(a) == digests(b)
+    were called (a pretrained XGBModel read from its cache, then from beside its checkpoint);
+    by the model's own arrays where both name them (`model_sha256`), else by the files."""
+    def entries(ids):
+        return {kind: v if isinstance(v, list) else [v] for kind, v in (ids or {}).items()}
+
+    ea, eb = entries(a), entries(b)
+    if ea.keys() != eb.keys():
+        return False
+    for kind in ea:
+        if len(ea[kind]) != len(eb[kind]):
+            return False
+        for x, y in zip(ea[kind], eb[kind]):
+            key = "model_sha256" if "model_sha256" in x and "model_sha256" in y else "sha256"
+            if x.get(key) != y.get(key):
+                return False
+    return True
 
 
 def model_ids(inputs: SearchInputs) -> dict:
     """The models the tuners search with (file names and SHA-256): a pair run with other
-    models is not read back. The pretrained XGBModel is named by its model's arrays alone:
-    its file beside a checkpoint also carries the blend's weights, which bo reads (in the
-    checkpoints' names) and ms-xgb-pretrained does not."""
+    models is not read back. The pretrained XGBModel is also named by its model's arrays
+    alone (`model_sha256`): its file beside a checkpoint carries the blend's weights too,
+    which bo reads (in the checkpoints' names) and ms-xgb-pretrained does not, so a run of it
+    stays read back when the blend is weighted again; runs recorded before are matched by
+    the file."""
     def ident(path, model_only: bool = False):
-        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            out = {"file": os.path.basename(path), "sha256": hashlib.sha256(f.read()).hexdigest()}
         if model_only:
             import numpy as np
 
             from costmodel.blend import SHARE, WEIGHT
 
+            digest = hashlib.sha256()
             with np.load(path, allow_pickle=False) as z:
                 for key in sorted(set(z.files) - {WEIGHT, "weight", SHARE}):
                     digest.update(key.encode() + b"\0" + z[key].tobytes())
-        else:
-            with open(path, "rb") as f:
-                digest.update(f.read())
-        return {"file": os.path.basename(path), "sha256": digest.hexdigest()}
+            out["model_sha256"] = digest.hexdigest()
+        return out
 
     ids = {}
     if inputs.predictor is not None:

@@ -165,21 +165,31 @@ def test_the_pretrained_xgbmodel_is_named_by_its_model_not_the_blend_weights_it_
     import numpy as np
 
     from costmodel.blend import set_weight
-    from tuning.runs import model_ids
+    from tuning.runs import model_ids, same_models
     from tuning.tuner import SearchInputs
 
     path = str(tmp_path / "m.xgb.npz")
     shutil.copy("checkpoints/graphsage-v3.xgb.npz", path)
-    before = model_ids(SearchInputs(pretrained_xgb=path))["pretrained_xgb"]
+
+    def ids():
+        return model_ids(SearchInputs(pretrained_xgb=path))
+
+    before = ids()
     set_weight(path, 0.7, 0.2)
-    assert model_ids(SearchInputs(pretrained_xgb=path))["pretrained_xgb"] == before
+    assert same_models(ids(), before) and ids() != before  # the file changed, the model not
     set_weight(path, None)
-    assert model_ids(SearchInputs(pretrained_xgb=path))["pretrained_xgb"] == before
+    assert same_models(ids(), before)
+    # a run recorded before the model's own digest: matched by its file, as it was then
+    old = {"pretrained_xgb": {k: v for k, v in ids()["pretrained_xgb"].items()
+                              if k != "model_sha256"}}
+    assert same_models(old, ids())
+    set_weight(path, 0.5)
+    assert not same_models(old, ids())
     with np.load(path, allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
     arrays["costs"] = arrays["costs"] * 2
     np.savez(path, **arrays)
-    assert model_ids(SearchInputs(pretrained_xgb=path))["pretrained_xgb"] != before
+    assert not same_models(ids(), before)
 
 
 def test_runs_and_pairs_of_other_models_are_not_read_back(tmp_path):
