@@ -232,7 +232,7 @@ class Companion:
         """The companion in `path` of the checkpoint described by `meta`, or None if the file
         holds no blend weight (a pretrained XGBModel that is only `ms-xgb-pretrained`'s
         model); with `weight`, blending at that weight whatever the file holds (to try
-        weights). Its share among several (`stored_share`) is not applied here
+        weights). Its share among several (`stored_weights`) is not applied here
         (`load_companion` joins them).
 
         Raises:

@@ -38,8 +38,8 @@ NOT_LATENCY = ("mape",)
 
 
 def _blended_with(companion) -> dict | None:
-    """What a report says of a predictor's companions: the file and model of one, each one's
-    with its share where several blend, and the network's share."""
+    """What a report says of a predictor's companions: the (first) file, the models and the
+    network's share; where several blend, every file and each model's share too."""
     if companion is None:
         return None
     out = {"file": os.path.basename(companion.path), "with": companion.name,
