@@ -181,7 +181,7 @@ def test_every_store_model_fits_scores_saves_and_loads_through_one_interface(tin
             text = unpack(z["model"]).decode()
         assert "leaf_value=" in text and not any(key in text for key in TRAINING_ONLY)
     if name == "mlp":  # its matrices stored as int8: the scores move by a small share of their spread
-        np.testing.assert_allclose(loaded.score(ok), scores, atol=0.01 * np.ptp(scores))
+        np.testing.assert_allclose(loaded.score(ok), scores, atol=0.02 * np.ptp(scores))
         with np.load(path, allow_pickle=False) as z:
             assert all(z[k].dtype == np.uint8 for k in z.files
                        if k.startswith("weight:") and f"qscale:{k[7:]}" in z.files)
