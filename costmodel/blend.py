@@ -203,9 +203,7 @@ class Companion:
         """Write a single store model and the weight to `path`, atomically."""
         if len(self.models) > 1:
             raise ValueError("a companion of several models is saved with save_beside")
-        with atomic_path(path, ".npz") as tmp:
-            self.model.save(tmp)
-            set_weight(tmp, self.weight)
+        _write(self.model, path, self.weight)
         self.paths = [path]
 
     def save_beside(self, checkpoint_path: str) -> None:
@@ -218,9 +216,7 @@ class Companion:
             beside = companions.beside(checkpoint_path, SUFFIXES[model.name])
             source = self.paths[i]
             if source is None:
-                with atomic_path(beside, ".npz") as tmp:
-                    model.save(tmp)
-                    set_weight(tmp, self.weight, share if several else None)
+                _write(model, beside, self.weight, share if several else None)
             elif os.path.abspath(source) != os.path.abspath(beside):
                 with atomic_path(beside, ".npz") as tmp:  # the file it was loaded from, as it is
                     shutil.copyfile(source, tmp)
@@ -257,6 +253,13 @@ class Companion:
                             f"of {checkpoint_path}; {hint}")
         check_weight(companion.weight, path, hint)
         return companion
+
+
+def _write(model, path: str, weight: float, share: float | None = None) -> None:
+    """A store model's file with the blend's weights in it, written atomically."""
+    with atomic_path(path, ".npz") as tmp:
+        model.save(tmp)
+        set_weight(tmp, weight, share)
 
 
 def _named(path: str) -> str:
