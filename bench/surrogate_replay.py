@@ -103,10 +103,13 @@ def continued_booster(booster, stores: list[np.ndarray], log_latency: np.ndarray
 
 
 def booster_throughput(booster, stores: list[np.ndarray]) -> np.ndarray:
-    from tvm.s_tir.meta_schedule.cost_model.xgb_model import PackSum
+    """Each program's throughput score from `booster`, as the XGBModel companion scores it
+    (`XGBStoreModel.throughput`: the sum over its stores, 0 for a program without any)."""
+    import types
 
-    pack = PackSum(xs=list(stores), ys=None)
-    return pack.predict_with_score(booster.predict(pack.dmatrix, output_margin=True))
+    from costmodel.store_models import XGBStoreModel
+
+    return XGBStoreModel(types.SimpleNamespace(booster=booster), {}).throughput(stores)
 
 
 def rank_scores(log_latency: np.ndarray, predicted: np.ndarray) -> tuple[float, float, float]:
