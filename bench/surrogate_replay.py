@@ -89,29 +89,6 @@ def score(predictor, mod, traces: list[str]) -> dict:
             "stores": [g.store_x for g in graphs], "prior": np.asarray(prior, float)}
 
 
-def continued_booster(booster, stores: list[np.ndarray], log_latency: np.ndarray, rounds: int):
-    """`booster` trained on for `rounds` rounds on measured programs, as MetaSchedule's
-    XGBModel trains: pack-sum squared error on throughput over the fastest's, weighted by it."""
-    import xgboost as xgb
-    from tvm.s_tir.meta_schedule.cost_model.xgb_model import PackSum, XGBConfig
-
-    labels = np.exp(log_latency.min() - log_latency)
-    pack = PackSum(xs=list(stores), ys=labels)
-    return xgb.train(XGBConfig(nthread=2).to_dict(), pack.dmatrix, num_boost_round=rounds,
-                     xgb_model=booster.copy(),
-                     obj=lambda pred, _dtrain: pack.obj_square_error(pred))
-
-
-def booster_throughput(booster, stores: list[np.ndarray]) -> np.ndarray:
-    """Each program's throughput score from `booster`, as the XGBModel companion scores it
-    (`XGBStoreModel.throughput`: the sum over its stores, 0 for a program without any)."""
-    import types
-
-    from costmodel.store_models import XGBStoreModel
-
-    return XGBStoreModel(types.SimpleNamespace(booster=booster), {}).throughput(stores)
-
-
 def rank_scores(log_latency: np.ndarray, predicted: np.ndarray) -> tuple[float, float, float]:
     """(first pick's slowdown over the fastest, the best of the first ROUND picks' slowdown,
     Kendall tau) of `predicted` log-latencies against measured ones."""
@@ -152,10 +129,10 @@ def replay_workload(predictor, scored: dict, log_latency: np.ndarray, measured: 
         predicted = {"prior": prior[rest], "prior+gp": with_gp(prior),
                      "mixture+gp": mixture.posterior(list(emb[rest]), parts[rest])[0]}
         if xgb_column is not None:
-            booster = predictor.companion.models[xgb_column].model.booster
-            booster = continued_booster(booster, [stores[i] for i in m], y, rounds)
+            trained = predictor.companion.models[xgb_column].trained_on(
+                [stores[i] for i in m], y, rounds, threads=2)
             columns = scored["columns"].copy()
-            columns[:, xgb_column] = booster_throughput(booster, stores)
+            columns[:, xgb_column] = trained.throughput(stores)
             continued = np.asarray(predictor.companion.blend(
                 scored["logs"], columns if columns.shape[1] > 1 else columns[:, 0],
                 np.zeros(len(prior))), float)

@@ -394,10 +394,19 @@ class CostModelPredictor:
         with _one_torch_thread():
             return self.predict_and_embed(self.featurizer.iter_featurize(schedules))
 
-    def score_parts(self, schedules: list) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-        """`predict_parts` of scheduled programs, lowered as `score_schedules` lowers them."""
+    def score_parts(self, schedules: list, stores: bool = False) -> tuple:
+        """`predict_parts` of scheduled programs, lowered as `score_schedules` lowers them;
+        with `stores`, each program's per-store feature rows too (a fourth item)."""
+        rows: list[np.ndarray] = []
+
+        def keep(graphs):
+            for graph in graphs:
+                rows.append(getattr(graph, "store_x", None))
+                yield graph
+
         with _one_torch_thread():
-            return self.predict_parts(self.featurizer.iter_featurize(schedules))
+            parts = self.predict_parts(keep(self.featurizer.iter_featurize(schedules)))
+        return (*parts, rows) if stores else parts
 
     @property
     def fitted_on(self) -> dict:

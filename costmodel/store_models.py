@@ -577,6 +577,26 @@ class XGBStoreModel(StoreModel):
         return self.model.booster.predict(xgb.DMatrix(rows), output_margin=True,
                                           validate_features=False)
 
+    def trained_on(self, store_rows: list[np.ndarray], log_latency: np.ndarray, rounds: int,
+                   seed: int = 0, threads: int | None = None) -> "XGBStoreModel":
+        """A copy whose booster trains `rounds` more rounds on measured programs (their
+        per-store rows and log-latencies, one workload's), as MetaSchedule's XGBModel trains
+        in tuning: pack-sum squared error on each program's throughput over the fastest's,
+        weighted by it. This model is left as it is."""
+        import types
+
+        import xgboost as xgb
+        from tvm.s_tir.meta_schedule.cost_model.xgb_model import PackSum, XGBConfig
+
+        log_latency = np.asarray(log_latency, float)
+        pack = PackSum(xs=list(store_rows), ys=np.exp(log_latency.min() - log_latency))
+        config = XGBConfig(seed=seed, nthread=threads or os.cpu_count() or 1).to_dict()
+        booster = xgb.train(config, pack.dmatrix, num_boost_round=rounds,
+                            xgb_model=self.model.booster.copy(),
+                            obj=lambda pred, _dtrain: pack.obj_square_error(pred))
+        return XGBStoreModel(types.SimpleNamespace(booster=booster),
+                             {**self.fitted_on, "trained_on": len(store_rows)}, self._target)
+
     def save(self, path: str) -> None:
         save_xgb(self.model, path, json.dumps(self.fitted_on, sort_keys=True), self.fitted_on)
 

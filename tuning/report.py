@@ -20,7 +20,7 @@ from tuning.tuner import best_so_far
 REFERENCE = "ms-default"
 # the tuners whose ratios to every other tuner are reported (bo-mix: so that the search x model
 # ablation pairs each model's two searches, bo-mix against ms-mix)
-OURS = ("bo", "bo-mix", "ms-ours")
+OURS = ("bo", "bo-mix", "bo-learn", "ms-ours")
 TIE = 0.02  # a ratio within 2% of 1 is a tie
 BOOTSTRAP_SAMPLES = 10000
 

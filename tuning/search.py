@@ -16,6 +16,9 @@ the results refit the surrogate. Three surrogates:
   Kendall tau, none for a model that ranks them no better than chance): a model that is wrong
   about this workload loses its say, and with every weight at zero the search leans on the GP
   and on exploration alone.
+- "prior-learn": as prior-gp, but the prior's XGBModel (the checkpoint's companion) keeps
+  learning: at each refit it trains a few more boosting rounds on this run's measurements, as
+  MetaSchedule's XGBModel does in tuning, and the blend is recomputed with it.
 - "forest": ytopt's recipe, no prior: a random forest over the schedule's sampled decisions,
   its spread across trees as the uncertainty, candidates drawn at random from the space.
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 from scipy.stats import norm
@@ -54,6 +58,10 @@ class Surrogate:
 
     def __init__(self, predictor, seed: int):
         self.predictor, self.seed = predictor, seed
+
+    @staticmethod
+    def check(predictor) -> None:
+        """Raise `UserError` if it cannot work with `predictor` (before any tuning starts)."""
 
 
 @SURROGATES.register("prior-gp")
@@ -216,6 +224,88 @@ class PriorMix(PriorGP):
         return mu, sigma
 
 
+LEARN_MIN_MEASURED = 8  # measurements before the prior's XGBModel learns from the run
+LEARN_ROUNDS = 10  # boosting rounds it trains on them at each refit (from the pretrained booster)
+
+
+class Scored(NamedTuple):
+    """What `PriorLearn` keeps of a candidate: the network's embedding, the per-store feature
+    rows the XGBModel scores and the blend's parts (the network's log-latency, then each tree
+    companion's throughput)."""
+
+    emb: np.ndarray
+    stores: np.ndarray
+    parts: np.ndarray
+
+
+@SURROGATES.register("prior-learn")
+class PriorLearn(PriorGP):
+    """PriorGP whose prior keeps learning from the run: at each refit the blend's XGBModel (the
+    checkpoint's companion, pretrained on its training records) trains `LEARN_ROUNDS` more
+    boosting rounds on this run's measurements, as MetaSchedule's XGBModel learns in tuning
+    (pack-sum loss on throughput over the run's fastest), and the blend is recomputed with it;
+    the GP models the rest. Where the pretrained models rank this workload poorly the tree part
+    of the prior corrects itself from the measurements, at a fraction of ms-xgb-pretrained's
+    cost (which retrains on every pretraining record each round).
+
+    The blend's parts are standardised over every candidate scored in the run (the measured
+    and the pool alike), so a candidate's prior does not hang on which others it is scored with.
+    """
+
+    needs_model = True
+
+    def __init__(self, predictor, seed: int):
+        super().__init__(predictor, seed)
+        self.check(predictor)
+        companion = predictor.companion
+        self.column = companion.names.index("xgb")
+        self.pretrained = self.xgb = companion.models[self.column]
+        self.shares = np.asarray([1 - companion.weight] if len(companion.models) == 1 else companion.shares)
+        self.scale: tuple[np.ndarray, np.ndarray] | None = None  # the parts' mean and std
+
+    @staticmethod
+    def check(predictor) -> None:
+        companion = predictor.companion
+        if companion is None or "xgb" not in companion.names:
+            raise UserError("the prior-learn surrogate needs a checkpoint blended with "
+                            "MetaSchedule's XGBModel (this one's companion: "
+                            f"{companion.name if companion else 'none'}); pass one that "
+                            "`costmodel blend` blended with xgb, such as the shipped default")
+
+    def features(self, cands) -> tuple[list, np.ndarray]:
+        logs, throughput, emb, stores = self.predictor.score_parts([c.sch for c in cands],
+                                                                   stores=True)
+        parts = np.column_stack([logs, np.asarray(throughput, float).reshape(len(logs), -1)])
+        return [Scored(e, s, p) for e, s, p in zip(emb.astype(np.float64), stores, parts)], parts
+
+    def parts(self, x: list) -> np.ndarray:
+        """The blend's parts of candidates `x`, the XGBModel's column from its current booster."""
+        parts = np.stack([c.parts for c in x]).astype(np.float64)
+        if self.xgb is not self.pretrained:
+            parts[:, 1 + self.column] = self.xgb.throughput([c.stores for c in x])
+        return parts
+
+    def prior(self, parts: np.ndarray) -> np.ndarray:
+        """The blended log-latency (`costmodel.blend.blend`'s, over the run's scale)."""
+        mean, std = self.scale
+        z = (parts - mean) / std
+        return mean[0] + std[0] * (self.predictor.companion.weight * z[:, 0]
+                                   - z[:, 1:] @ self.shares)
+
+    def fit(self, x_all: list, x: list, prior: np.ndarray, y: np.ndarray) -> None:
+        if len(y) >= LEARN_MIN_MEASURED:
+            self.xgb = self.pretrained.trained_on([c.stores for c in x], y, LEARN_ROUNDS,
+                                                  seed=self.seed)
+        seen = self.parts(x_all)
+        std = seen.std(axis=0, ddof=1) if len(seen) > 1 else np.ones(seen.shape[1])
+        self.scale = (seen.mean(axis=0), np.where(std > 0, std, 1.0))
+        super().fit([c.emb for c in x_all], [c.emb for c in x],
+                    self.prior(self.parts(x)) if len(x) else np.zeros(0), y)
+
+    def posterior(self, x: list, prior: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return super().posterior([c.emb for c in x], self.prior(self.parts(x)))
+
+
 @SURROGATES.register("forest")
 class ForestSurrogate(Surrogate):
     """ytopt-style: a random forest over sampled decisions, uncertainty from its trees."""
@@ -304,6 +394,8 @@ class BayesOptSearch(PySearchStrategy):
                             f"choose {', '.join(ACQUISITIONS)}")
         if surrogate_class.needs_model and predictor is None:
             raise UserError(f"the {surrogate} surrogate needs a cost-model checkpoint")
+        if predictor is not None:
+            surrogate_class.check(predictor)
         self.predictor = predictor
         if generations < 0 or (children is not None and children < 1):
             raise UserError(f"generations must be at least 0 and children at least 1, not "

@@ -138,6 +138,16 @@ def _bo_mix(inputs: SearchInputs):
                           xgb=xgb), "random"
 
 
+@_tuner("bo-learn", "bo whose prior's XGBModel keeps learning: each round it trains a few more "
+        "boosting rounds on the run's measurements (as MetaSchedule's XGBModel does) before "
+        "the blend is recomputed and the GP fitted on its residual", needs_checkpoint=True)
+def _bo_learn(inputs: SearchInputs):
+    from tuning.search import BayesOptSearch
+
+    return BayesOptSearch(inputs.predictor, "prior-learn", inputs.acquisition,
+                          seed=inputs.seed), "random"
+
+
 @_tuner("ms-default", "MetaSchedule's default: EvolutionarySearch + XGBModel, which scores at "
         "random until it has 100 measurements")
 def _ms_default(inputs: SearchInputs):

@@ -20,26 +20,6 @@ def test_a_perfect_ranking_scores_one_and_a_reversed_one_the_spread():
     assert best16 == pytest.approx(np.exp(y[24] - y[0]))  # the best of the 16 slowest
 
 
-def test_the_xgbmodel_trained_on_for_measured_programs_ranks_them_better():
-    import xgboost as xgb
-    from tvm.s_tir.meta_schedule.cost_model.xgb_model import PackSum, XGBConfig
-
-    bench = bench_module("surrogate_replay.py")
-    rng = np.random.default_rng(0)
-    stores = [rng.random((int(rng.integers(1, 4)), 8)).astype(np.float32) for _ in range(60)]
-    log_latency = np.array([s[:, 0].sum() + 0.5 * s[:, 1].sum() for s in stores])
-    noise = PackSum(xs=stores, ys=rng.random(60))  # a booster that learned nothing of them
-    start = xgb.train(XGBConfig(nthread=1).to_dict(), noise.dmatrix, num_boost_round=5,
-                      obj=lambda pred, _d: noise.obj_square_error(pred))
-    before = bench.booster_throughput(start, stores)
-    after = bench.booster_throughput(
-        bench.continued_booster(start, stores, log_latency, rounds=20), stores)
-    assert len(after) == 60 and start.num_boosted_rounds() == 5  # the start left as it was
-    _, _, tau_before = bench.rank_scores(log_latency, -before)
-    _, _, tau_after = bench.rank_scores(log_latency, -after)
-    assert tau_after > max(tau_before, 0.5)
-
-
 def _run_folder(root, schedules: int = 24) -> str:
     """A `tune compare` folder with one run of KEY: `schedules` real schedules, each given a
     latency (seconds) that grows with its index."""

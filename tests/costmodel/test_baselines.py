@@ -216,3 +216,29 @@ def test_a_matrix_quantised_to_int8_keeps_each_value_within_half_a_step_of_its_r
     assert q.dtype == np.int8 and scale.dtype == np.float32 and np.abs(q).max() <= 127
     assert (np.abs(q * scale[:, None] - matrix) <= scale[:, None] / 2 + 1e-7).all()
     assert not q[2].any()
+
+
+def test_the_xgbmodel_trained_on_for_measured_programs_ranks_them_better():
+    """`XGBStoreModel.trained_on`: a few more boosting rounds on one workload's measured
+    programs, with MetaSchedule's pack-sum loss, as bo-learn's prior learns from a run."""
+    import types
+
+    import xgboost as xgb
+    from tvm.s_tir.meta_schedule.cost_model.xgb_model import PackSum, XGBConfig
+
+    from costmodel.store_models import XGBStoreModel
+
+    rng = np.random.default_rng(0)
+    stores = [rng.random((int(rng.integers(1, 4)), 8)).astype(np.float32) for _ in range(60)]
+    log_latency = np.array([s[:, 0].sum() + 0.5 * s[:, 1].sum() for s in stores])
+    noise = PackSum(xs=stores, ys=rng.random(60))  # a booster that learned nothing of them
+    booster = xgb.train(XGBConfig(nthread=1).to_dict(), noise.dmatrix, num_boost_round=5,
+                        obj=lambda pred, _d: noise.obj_square_error(pred))
+    start = XGBStoreModel(types.SimpleNamespace(booster=booster), {"records": 7})
+    trained = start.trained_on(stores, log_latency, rounds=20, threads=1)
+    assert booster.num_boosted_rounds() == 5  # the start left as it was
+    assert trained.fitted_on == {"records": 7, "trained_on": 60}
+    before, after = start.throughput(stores), trained.throughput(stores)
+    assert len(after) == 60
+    one = np.zeros(60)  # one workload
+    assert kendall_tau(one, log_latency, -after) > max(kendall_tau(one, log_latency, -before), 0.5)

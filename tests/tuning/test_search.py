@@ -55,16 +55,16 @@ def test_acquisition_functions():
 
 
 def test_registries_name_their_pieces():
-    assert TUNERS.names() == ("bo", "bo-evo", "bo-mix", "ms-default", "ms-xgb-pretrained",
+    assert TUNERS.names() == ("bo", "bo-evo", "bo-mix", "bo-learn", "ms-default", "ms-xgb-pretrained",
                               "ms-ours", "ms-mix", "random", "ytopt")
     assert [n for n in TUNERS.names() if TUNERS.get(n).needs_checkpoint] == \
-        ["bo", "bo-evo", "bo-mix", "ms-ours", "ms-mix"]
+        ["bo", "bo-evo", "bo-mix", "bo-learn", "ms-ours", "ms-mix"]
     assert [n for n in TUNERS.names() if TUNERS.get(n).needs_pretrained_xgb] == \
         ["bo-mix", "ms-xgb-pretrained", "ms-mix"]
     assert all(TUNERS.get(n).description for n in TUNERS.names())
-    assert SURROGATES.names() == ("prior-gp", "prior-mix", "forest")
+    assert SURROGATES.names() == ("prior-gp", "prior-mix", "prior-learn", "forest")
     assert make_search("ms-default", SearchInputs()) == ("evolutionary", "xgb")
-    with pytest.raises(UserError, match="unknown tuner 'nope'; choose one of bo, bo-evo, bo-mix, ms-default"):
+    with pytest.raises(UserError, match="unknown tuner 'nope'; choose one of bo, bo-evo, bo-mix, bo-learn, ms-default"):
         make_search("nope", SearchInputs())
     with pytest.raises(UserError, match="tuner 'bo' needs a cost-model checkpoint"):
         make_search("bo", SearchInputs())

@@ -121,6 +121,61 @@ def test_bo_mix_tunes_with_the_network_and_the_pretrained_xgbmodel(tiny_checkpoi
     assert np.ptp(parts[:, 1]) > 0  # the XGBModel tells the schedules apart
 
 
+def test_bo_learn_trains_its_priors_xgbmodel_on_the_run(tiny_checkpoint, tmp_path):
+    """bo-learn in MetaSchedule's loop: before any measurement its prior is the checkpoint's
+    blend; once measurements are in, the blend's XGBModel has trained on them (the pretrained
+    one left as it was) and the prior moves with it."""
+    from costmodel.blend import blend
+    from costmodel.predictor import CostModelPredictor
+    from tuning.search import LEARN_MIN_MEASURED, BayesOptSearch
+
+    checkpoint = str(tmp_path / "model.ckpt")
+    shutil.copy(tiny_checkpoint, checkpoint)
+    run_cli("blend", checkpoint, "--with", "xgb", "--weight", "0.3", prog="costmodel",
+            check=True)
+    predictor = CostModelPredictor.load(checkpoint)
+    search = BayesOptSearch(predictor, "prior-learn", pool_size=32, seed=0)
+    work, _, sizes = tune_with_batches(tmp_path, search, trials=12, per_iter=4)
+    assert sizes == [4, 4, 4]
+    assert np.isfinite(next(iter(read_curve(work).values()))).sum() >= 10
+
+    # its surrogate on schedules of the workload: before any measurement its prior is the
+    # checkpoint's own blend; fitted on measurements, the XGBModel has trained on them (the
+    # pretrained one left as it was) and the prior moved with it
+    from datagen.sampler import ScheduleSampler
+    from datagen.suites import resolve
+    from datagen.tvm_env import make_target
+    from tuning.search import PriorLearn
+
+    cands = ScheduleSampler(resolve([WORKLOAD])[0].mod, make_target(None)).random(24, 0, set())
+    surrogate = PriorLearn(predictor, 0)
+    x, parts = surrogate.features(cands)
+    assert parts.shape == (24, 2) and np.isfinite(parts).all()
+    surrogate.fit(x, [], np.zeros(0), np.zeros(0))
+    before = surrogate.posterior(x, parts)[0]
+    np.testing.assert_allclose(before, blend(parts[:, 0], parts[:, 1:], np.zeros(24), 0.3),
+                               atol=1e-9)
+    y = np.log(np.linspace(1.0, 2.0, LEARN_MIN_MEASURED))  # "measured": faster first
+    surrogate.fit(x, x[:LEARN_MIN_MEASURED], parts[:LEARN_MIN_MEASURED], y)
+    pretrained = predictor.companion.model
+    assert surrogate.pretrained is pretrained and surrogate.xgb is not pretrained
+    assert surrogate.xgb.fitted_on["trained_on"] == LEARN_MIN_MEASURED
+    assert "trained_on" not in pretrained.fitted_on
+    learned = surrogate.parts(x)[:, 1]
+    assert not np.allclose(learned, parts[:, 1])
+    assert np.isfinite(surrogate.posterior(x, parts)[0]).all()
+
+
+def test_bo_learn_needs_a_checkpoint_blended_with_the_xgbmodel(tiny_checkpoint):
+    from costmodel.predictor import CostModelPredictor
+    from datagen.errors import UserError
+    from tuning.search import BayesOptSearch
+
+    with pytest.raises(UserError, match="needs a checkpoint blended with MetaSchedule's "
+                                        "XGBModel .this one's companion: none."):
+        BayesOptSearch(CostModelPredictor.load(tiny_checkpoint), "prior-learn")
+
+
 def test_ytopt_style_forest_needs_no_model(tmp_path):
     from tuning.search import BayesOptSearch
 
