@@ -397,7 +397,7 @@ class CostModelPredictor:
     def score_parts(self, schedules: list, stores: bool = False) -> tuple:
         """`predict_parts` of scheduled programs, lowered as `score_schedules` lowers them;
         with `stores`, each program's per-store feature rows too (a fourth item)."""
-        rows: list[np.ndarray] = []
+        rows: list[np.ndarray | None] = []  # None: a graph without store features
 
         def keep(graphs):
             for graph in graphs:

@@ -5,7 +5,7 @@ mutations of the best schedules so far; with `generations`, also a few generatio
 EvolutionarySearch evolves its population, from the unmeasured candidates the surrogate's
 posterior ranks fastest), scores every unmeasured one with a surrogate and an acquisition
 function, and hands only the best `num_trials_per_iter` to MetaSchedule to build and measure;
-the results refit the surrogate. Three surrogates:
+the results refit the surrogate. Four surrogates:
 
 - "prior-gp": the learned cost model's predicted log-latency is the prior mean, and a Gaussian
   process over the network's graph embeddings, fitted on this run's measurements, models the
@@ -260,7 +260,8 @@ class PriorLearn(PriorGP):
         companion = predictor.companion
         self.column = companion.names.index("xgb")
         self.pretrained = self.xgb = companion.models[self.column]
-        self.shares = np.asarray([1 - companion.weight] if len(companion.models) == 1 else companion.shares)
+        self.shares = np.asarray([1 - companion.weight] if len(companion.models) == 1
+                                 else companion.shares)
         self.scale: tuple[np.ndarray, np.ndarray] | None = None  # the parts' mean and std
 
     @staticmethod
