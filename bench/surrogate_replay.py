@@ -11,7 +11,8 @@ at random as "measured so far" and asks it to rank the rest, as bo's acquisition
   reweighted by how well each ranks the `n` measurements, plus the GP);
 - `continued`: the prior with its XGBModel's booster trained on for `--rounds` more rounds on the
   `n` measurements (MetaSchedule's own pack-sum loss and labels: what ms-xgb-pretrained's
-  retraining learns from the run), and `continued+gp` the same with the GP.
+  retraining learns from the run), and `continued+gp` the same with the GP: bo-learn's
+  surrogate (`tuning.search.PriorLearn`, which trains from 8 measurements on).
 
 Per workload and `n` it prints, as geometric means over `--repeats` draws: the slowdown of the
 surrogate's first pick over the fastest of the rest (1 is perfect), of the best of its first
@@ -79,14 +80,14 @@ def score(predictor, mod, traces: list[str]) -> dict:
     embeddings and per-store rows of the schedules, and the blended prior (bo's)."""
     from datagen.sampler import replay
 
-    graphs = list(predictor.featurizer.iter_featurize([replay(mod, t) for t in traces]))
-    logs, throughput, emb = predictor.predict_parts(graphs)
+    logs, throughput, emb, stores = predictor.score_parts([replay(mod, t) for t in traces],
+                                                          stores=True)
     columns = None if throughput is None else \
         np.asarray(throughput, float).reshape(len(logs), -1)
     prior = logs if columns is None else predictor.companion.blend(
         logs, throughput, np.zeros(len(logs)))
     return {"logs": logs, "columns": columns, "emb": emb.astype(np.float64),
-            "stores": [g.store_x for g in graphs], "prior": np.asarray(prior, float)}
+            "stores": stores, "prior": np.asarray(prior, float)}
 
 
 def rank_scores(log_latency: np.ndarray, predicted: np.ndarray) -> tuple[float, float, float]:
@@ -104,14 +105,16 @@ def replay_workload(predictor, scored: dict, log_latency: np.ndarray, measured: 
                     repeats: int, rounds: int, seed: int = 0) -> dict[str, list[float]]:
     """{surrogate: [first-pick slowdown, round's slowdown, tau], geometric means (tau: mean)
     over `repeats` random draws of `measured` schedules}."""
-    from tuning.search import PriorGP, PriorMix
+    from tuning.search import PriorGP, PriorLearn, PriorMix, Scored
 
     rng = np.random.default_rng(seed)
-    emb, prior, stores = scored["emb"], scored["prior"], scored["stores"]
+    emb, prior = scored["emb"], scored["prior"]
     parts = np.stack([scored["logs"]] + ([] if scored["columns"] is None else
                                          list(-scored["columns"].T)), axis=1)
-    xgb_column = predictor.companion.names.index("xgb") \
-        if predictor.companion is not None and "xgb" in predictor.companion.names else None
+    learns = predictor.companion is not None and "xgb" in predictor.companion.names
+    if learns:  # bo-learn's candidates: the blend's parts with the trees' own throughputs
+        candidates = [Scored(*c) for c in zip(emb, scored["stores"], np.column_stack(
+            [scored["logs"], scored["columns"]]))]
     rows: dict[str, list] = {}
     for _ in range(repeats):
         m = np.sort(rng.permutation(len(log_latency))[:measured])
@@ -128,15 +131,12 @@ def replay_workload(predictor, scored: dict, log_latency: np.ndarray, measured: 
         mixture.fit(list(emb), list(emb[m]), parts[m], y)
         predicted = {"prior": prior[rest], "prior+gp": with_gp(prior),
                      "mixture+gp": mixture.posterior(list(emb[rest]), parts[rest])[0]}
-        if xgb_column is not None:
-            trained = predictor.companion.models[xgb_column].trained_on(
-                [stores[i] for i in m], y, rounds, threads=2)
-            columns = scored["columns"].copy()
-            columns[:, xgb_column] = trained.throughput(stores)
-            continued = np.asarray(predictor.companion.blend(
-                scored["logs"], columns if columns.shape[1] > 1 else columns[:, 0],
-                np.zeros(len(prior))), float)
-            predicted.update({"continued": continued[rest], "continued+gp": with_gp(continued)})
+        if learns:  # bo-learn's surrogate, its XGBModel trained on the `measured`
+            learn = PriorLearn(predictor, seed, rounds=rounds)
+            learn.fit(candidates, [candidates[i] for i in m], None, y)
+            rest_x = [candidates[i] for i in rest]
+            predicted.update({"continued": learn.prior(learn.parts(rest_x)),
+                              "continued+gp": learn.posterior(rest_x, None)[0]})
         for name, p in predicted.items():
             rows.setdefault(name, []).append(rank_scores(log_latency[rest], p))
     return {name: [float(np.exp(np.mean(np.log([r[0] for r in v])))),

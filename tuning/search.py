@@ -241,7 +241,7 @@ class Scored(NamedTuple):
 @SURROGATES.register("prior-learn")
 class PriorLearn(PriorGP):
     """PriorGP whose prior keeps learning from the run: at each refit the blend's XGBModel (the
-    checkpoint's companion, pretrained on its training records) trains `LEARN_ROUNDS` more
+    checkpoint's companion, pretrained on its training records) trains `rounds` more
     boosting rounds on this run's measurements, as MetaSchedule's XGBModel learns in tuning
     (pack-sum loss on throughput over the run's fastest), and the blend is recomputed with it;
     the GP models the rest. Where the pretrained models rank this workload poorly the tree part
@@ -254,9 +254,10 @@ class PriorLearn(PriorGP):
 
     needs_model = True
 
-    def __init__(self, predictor, seed: int):
+    def __init__(self, predictor, seed: int, rounds: int = LEARN_ROUNDS):
         super().__init__(predictor, seed)
         self.check(predictor)
+        self.rounds = rounds
         companion = predictor.companion
         self.column = companion.names.index("xgb")
         self.pretrained = self.xgb = companion.models[self.column]
@@ -295,7 +296,7 @@ class PriorLearn(PriorGP):
 
     def fit(self, x_all: list, x: list, prior: np.ndarray, y: np.ndarray) -> None:
         if len(y) >= LEARN_MIN_MEASURED:
-            self.xgb = self.pretrained.trained_on([c.stores for c in x], y, LEARN_ROUNDS,
+            self.xgb = self.pretrained.trained_on([c.stores for c in x], y, self.rounds,
                                                   seed=self.seed)
         seen = self.parts(x_all)
         std = seen.std(axis=0, ddof=1) if len(seen) > 1 else np.ones(seen.shape[1])
