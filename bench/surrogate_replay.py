@@ -105,16 +105,15 @@ def replay_workload(predictor, scored: dict, log_latency: np.ndarray, measured: 
                     repeats: int, rounds: int, seed: int = 0) -> dict[str, list[float]]:
     """{surrogate: [first-pick slowdown, round's slowdown, tau], geometric means (tau: mean)
     over `repeats` random draws of `measured` schedules}."""
-    from tuning.search import PriorGP, PriorLearn, PriorMix, Scored
+    from tuning.search import PriorGP, PriorLearn, PriorMix, scored_rows
 
     rng = np.random.default_rng(seed)
     emb, prior = scored["emb"], scored["prior"]
     parts = np.stack([scored["logs"]] + ([] if scored["columns"] is None else
                                          list(-scored["columns"].T)), axis=1)
-    learns = predictor.companion is not None and "xgb" in predictor.companion.names
+    learns = PriorLearn.learns(predictor)
     if learns:  # bo-learn's candidates: the blend's parts with the trees' own throughputs
-        candidates = [Scored(*c) for c in zip(emb, scored["stores"], np.column_stack(
-            [scored["logs"], scored["columns"]]))]
+        candidates = scored_rows(scored["logs"], scored["columns"], emb, scored["stores"])[0]
     rows: dict[str, list] = {}
     for _ in range(repeats):
         m = np.sort(rng.permutation(len(log_latency))[:measured])

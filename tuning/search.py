@@ -238,6 +238,14 @@ class Scored(NamedTuple):
     parts: np.ndarray
 
 
+def scored_rows(logs, throughput, emb, stores) -> tuple[list[Scored], np.ndarray]:
+    """`CostModelPredictor.score_parts(..., stores=True)`'s output as `PriorLearn`'s candidates,
+    and their blend's parts (a row each: the network's log-latency, each companion's
+    throughput)."""
+    parts = np.column_stack([logs, np.asarray(throughput, float).reshape(len(logs), -1)])
+    return [Scored(e, s, p) for e, s, p in zip(np.asarray(emb, np.float64), stores, parts)], parts
+
+
 @SURROGATES.register("prior-learn")
 class PriorLearn(PriorGP):
     """PriorGP whose prior keeps learning from the run: at each refit the blend's XGBModel (the
@@ -266,19 +274,21 @@ class PriorLearn(PriorGP):
         self.scale: tuple[np.ndarray, np.ndarray] | None = None  # the parts' mean and std
 
     @staticmethod
-    def check(predictor) -> None:
+    def learns(predictor) -> bool:
+        """Whether `predictor`'s blend has an XGBModel to keep training."""
+        return predictor.companion is not None and "xgb" in predictor.companion.names
+
+    @classmethod
+    def check(cls, predictor) -> None:
         companion = predictor.companion
-        if companion is None or "xgb" not in companion.names:
+        if not cls.learns(predictor):
             raise UserError("the prior-learn surrogate needs a checkpoint blended with "
                             "MetaSchedule's XGBModel (this one's companion: "
                             f"{companion.name if companion else 'none'}); pass one that "
                             "`costmodel blend` blended with xgb, such as the shipped default")
 
     def features(self, cands) -> tuple[list, np.ndarray]:
-        logs, throughput, emb, stores = self.predictor.score_parts([c.sch for c in cands],
-                                                                   stores=True)
-        parts = np.column_stack([logs, np.asarray(throughput, float).reshape(len(logs), -1)])
-        return [Scored(e, s, p) for e, s, p in zip(emb.astype(np.float64), stores, parts)], parts
+        return scored_rows(*self.predictor.score_parts([c.sch for c in cands], stores=True))
 
     def parts(self, x: list) -> np.ndarray:
         """The blend's parts of candidates `x`, the XGBModel's column from its current booster."""
