@@ -181,9 +181,18 @@ def paired(pairs: list[dict], ours: str, base: str, per_task: int, seed: int = 0
             "ties": sum(abs(r - 1) <= TIE for r in ratios)}
 
 
+def _median_us(pairs: list[dict], tuner: str, per_task: int) -> float | None:
+    """The median over `pairs` at budget `per_task` of `tuner`'s median latency (us); None
+    where none of them ran it."""
+    at = [float(np.median(p["latency"][tuner])) for p in pairs
+          if p["per_task"] == per_task and tuner in p["latency"]]
+    return float(np.median(at)) * 1e6 if at else None
+
+
 def summarize(pairs: list[dict], tuners) -> dict:
     """Per network: each tuner's median latency (us) over seeds per budget, the smallest
-    budget at which it is as fast as the reference at the largest (None: at none), its
+    budget at which it is as fast as the reference at the largest (None: at none; both
+    medians over the seeds that ran at every budget, `reach_seeds`), its
     search wall time per trial, and for each baseline bo's paired ratio to it on that network
     (`bo_ratio@B`, the geometric mean over seeds); over networks, bo's paired ratios to each
     baseline."""
@@ -195,10 +204,8 @@ def summarize(pairs: list[dict], tuners) -> dict:
         for tuner in tuners:
             row = {"tasks": mine[0]["tasks"]}
             for b in budgets:
-                at = [float(np.median(p["latency"][tuner])) for p in mine
-                      if p["per_task"] == b and tuner in p["latency"]]
-                if at:
-                    row[f"latency_us@{b}"] = float(np.median(at)) * 1e6
+                if (us := _median_us(mine, tuner, b)) is not None:
+                    row[f"latency_us@{b}"] = us
             walls = [p["runs"][tuner]["wall_s"] / p["runs"][tuner]["budget"] for p in mine
                      if tuner in p["runs"]]
             row["wall_s_per_trial"] = float(np.median(walls)) if walls else math.nan
@@ -207,11 +214,17 @@ def summarize(pairs: list[dict], tuners) -> dict:
             for b in budgets:  # bo's paired ratio to it on this network alone
                 if stats := paired(mine, "bo", base, b):
                     rows[base][f"bo_ratio@{b}"] = stats["geomean_ratio"]
-        level = rows.get(REFERENCE, {}).get(f"latency_us@{budgets[-1]}")
-        for row in rows.values():
-            row["reaches_reference_at"] = next(
-                (b for b in budgets if level is not None
-                 and row.get(f"latency_us@{b}", math.inf) <= level), None)
+        # reach on the seeds that ran at every budget alone, so no budget's median mixes in
+        # seeds another budget lacks
+        seeds = set.intersection(*({p["seed"] for p in mine if p["per_task"] == b}
+                                   for b in budgets))
+        common = [p for p in mine if p["seed"] in seeds]
+        level = _median_us(common, REFERENCE, budgets[-1])
+        for tuner, row in rows.items():
+            row["reaches_reference_at"] = None if level is None else next(
+                (b for b in budgets
+                 if (_median_us(common, tuner, b) or math.inf) <= level), None)
+            row["reach_seeds"] = sorted(seeds)
         out["networks"][name] = rows
     for base in [t for t in tuners if t != "bo"]:
         for b in budgets:

@@ -52,6 +52,17 @@ def test_the_summary_of_whole_networks():
     assert "-- cnn (5 tasks)" in text and "bo / ms-default at 64 trials per task" in text
 
 
+def test_the_reach_counts_only_the_seeds_that_ran_at_every_budget():
+    # a third seed at 16 alone: the latencies at 16 take it in, the reach leaves it out
+    pairs = PAIRS + [pair("cnn", 2, 16, {"bo": 200, "ms-default": 50})]
+    rows = network_tuning().summarize(pairs, ["bo", "ms-default"])["networks"]["cnn"]
+    bo, ref = rows["bo"], rows["ms-default"]
+    assert bo["latency_us@16"] == pytest.approx(108) and ref["latency_us@16"] == pytest.approx(100)
+    # over seeds 0 and 1: bo 99 and ms-default 110 at 16, against ms-default's 100 at 64
+    assert bo["reaches_reference_at"] == 16 and ref["reaches_reference_at"] == 64
+    assert bo["reach_seeds"] == ref["reach_seeds"] == [0, 1]
+
+
 def test_a_report_reads_the_finished_pairs_and_tunes_nothing(tmp_path):
     from tuning.runs import write_json
 
