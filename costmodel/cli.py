@@ -6,6 +6,7 @@
     costmodel blend CHECKPOINT [--with lightgbm|xgb|mlp ...] [--weight 0.5] [--shares S ...]
         [--dataset DIR] [--cache-dir .cache/features]
     costmodel ensemble CHECKPOINT CHECKPOINT [...] --out ENSEMBLE.ckpt [--half]
+    costmodel report REPORT.json[.xz] [--out REPORT.md]
 
 `costmodel evaluate` scores checkpoints against the tree baselines (MetaSchedule's XGBModel,
 TenSet's LightGBM and MLP) on held-out workloads (`costmodel.evaluate`); `costmodel convert`
@@ -13,7 +14,8 @@ rewrites a checkpoint of an older format in the current one; `costmodel blend` f
 LightGBM or MLP or MetaSchedule's XGBModel (or several) on a checkpoint's training records and
 writes them beside the checkpoint, which then predicts the blend (`costmodel.blend`); `costmodel
 ensemble` packs the seeds of one configuration into one checkpoint that predicts their mean
-log-latency (with the first one's companion, copied beside it).
+log-latency (with the first one's companion, copied beside it); `costmodel report` writes the
+readable `report.md` of a kept `report.json` (or the `report.json.xz` results keep in git).
 """
 
 from __future__ import annotations
@@ -73,6 +75,13 @@ def _ensemble(args) -> int:
           + (" (float16 weights)" if args.half else "")
           + (f", its {predictor.companion.name} companion copied beside it"
              if predictor.companion else ""))
+    return 0
+
+
+def _report(args) -> int:
+    from costmodel.evaluate import write_markdown
+
+    print(f"wrote {write_markdown(args.report, args.out)}")
     return 0
 
 
@@ -147,6 +156,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="store the weights as float16: half the file, predictions within "
                    "float16's rounding")
     p.set_defaults(func=_ensemble)
+    p = sub.add_parser("report", help="write the readable report.md of a report.json "
+                       "(or report.json.xz) that `evaluate` wrote")
+    p.add_argument("report", help="report.json or report.json.xz")
+    p.add_argument("--out", help="the markdown file (default: report.md beside the report, "
+                   "where its plots are)")
+    p.set_defaults(func=_report)
     args = parser.parse_args(argv)
     return run_command("costmodel", args.func, args)
 

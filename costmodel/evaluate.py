@@ -3,10 +3,11 @@
 Writes `report.json` (every metric, overall, per family and per network, per checkpoint and
 baseline, with the mean and spread over checkpoints trained with different seeds), a readable
 `report.md`, and plots: predicted against measured latency, and per-workload Kendall tau of
-each model. The baselines are `costmodel.baselines.BASELINES` (MetaSchedule's XGBModel,
-TenSet's LightGBM and MLP, `costmodel.store_models`), trained on the checkpoint's training
-workloads, once per checkpoint seed (on its own split, on the records it trained on: of a
-few-shot checkpoint, its share).
+each model. `write_markdown` (`costmodel report`) writes `report.md` again from a kept
+`report.json` (or `report.json.xz`, as results are kept in git). The baselines are
+`costmodel.baselines.BASELINES` (MetaSchedule's XGBModel, TenSet's LightGBM and MLP,
+`costmodel.store_models`), trained on the checkpoint's training workloads, once per checkpoint
+seed (on its own split, on the records it trained on: of a few-shot checkpoint, its share).
 
 A record counts for each network its `network` cell lists. Models that predict no latency (the
 baselines' relative throughput, a checkpoint trained with per-workload normalisation) have no
@@ -22,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from costmodel.blend import TITLES
-from datagen.errors import UserError, output_folder
+from datagen.errors import UserError, atomic_path, output_folder
 from datagen.records import read_records
 from datagen.tvm_env import make_target
 from costmodel.splits import (OUT_OF_DISTRIBUTION, RECORD_COLUMNS, check_one_target, head_for,
@@ -129,7 +130,8 @@ def _plots(test: pd.DataFrame, preds: dict[str, np.ndarray], out: str,
     return files
 
 
-def _markdown(report: dict) -> str:
+def _markdown(report: dict, missing: tuple[str, ...] = ()) -> str:
+    """The readable report; plots named in `missing` (not beside it) are named, not shown."""
     names = list(report["models"])
     metrics = list(report["models"][names[0]]["mean"])
     lines = [f"# Cost-model evaluation: {report['split']} split",
@@ -177,8 +179,44 @@ def _markdown(report: dict) -> str:
                 lines.append(f"| {key} | " + " | ".join("n/a" if m[k] is None else f"{m[k]:.3f}"
                                                         for k in metrics) + " |")
             lines.append("")
-    lines += [f"![{os.path.splitext(p)[0].replace('_', ' ')}]({p})" for p in report["plots"]]
+    lines += [f"![{os.path.splitext(p)[0].replace('_', ' ')}]({p})" for p in report["plots"]
+              if p not in missing]
+    if missing:
+        lines.append(f"(The run also drew {' and '.join(f'`{p}`' for p in missing)}; "
+                     f"{'they are' if len(missing) > 1 else 'it is'} not kept here: "
+                     "`costmodel evaluate` draws them again.)")
     return "\n".join(lines) + "\n"
+
+
+def write_markdown(report_path: str, out: str | None = None) -> str:
+    """Write the readable report of the `report.json` (or `report.json.xz`) at `report_path`
+    to `out` (default: `report.md` beside it, where its plots are); return the path written.
+    Plots not beside `out` (results in git keep none) are named instead of shown.
+
+    Raises:
+        UserError: no such file, or it is not a report of `costmodel evaluate`.
+    """
+    from datagen.grid import read_json
+
+    try:
+        report = read_json(report_path)
+    except OSError as err:
+        raise UserError(f"cannot read {report_path}: {err.strerror or err} (`costmodel "
+                        "evaluate` writes report.json)") from None
+    except ValueError as err:
+        raise UserError(f"{report_path} is not JSON ({err})") from None
+    out = out or os.path.join(os.path.dirname(report_path), "report.md")
+    try:
+        text = _markdown(report, tuple(p for p in report["plots"] if not os.path.exists(
+            os.path.join(os.path.dirname(out), p))))
+    except (KeyError, TypeError, IndexError, AttributeError):
+        raise UserError(f"{report_path} is not a report of `costmodel evaluate` (it lacks "
+                        "the models, split or workloads that one holds)") from None
+    if os.path.dirname(out):
+        output_folder(os.path.dirname(out))
+    with atomic_path(out) as tmp, open(tmp, "w") as f:
+        f.write(text)
+    return out
 
 
 def choose_sides(meta: dict, frame: pd.DataFrame, split: str | None, test_fraction: float,

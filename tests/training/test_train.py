@@ -2,6 +2,7 @@
 
 import glob
 import json
+import lzma
 import os
 
 import numpy as np
@@ -113,6 +114,21 @@ def test_evaluate_writes_report_and_plots(checkpoint, tiny_dataset, tmp_path):
     assert (out / "predicted_vs_measured.png").stat().st_size > 1000
     assert (out / "kendall_tau_per_workload.png").stat().st_size > 1000
     assert "lightgbm:" in proc.stdout
+    # `costmodel report` writes the same markdown again from the kept report, plain or xz
+    with lzma.open(out / "report.json.xz", "wt") as f:
+        f.write((out / "report.json").read_text())
+    again = run_cli("report", str(out / "report.json.xz"), "--out", str(out / "again.md"),
+                    prog="costmodel", check=True)
+    assert (out / "again.md").read_text() == text and "again.md" in again.stdout
+    # elsewhere, where its plots are not, it names them instead of linking them
+    run_cli("report", str(out / "report.json"), "--out", str(tmp_path / "elsewhere.md"),
+            prog="costmodel", check=True)
+    elsewhere = (tmp_path / "elsewhere.md").read_text()
+    assert "](predicted_vs_measured.png)" not in elsewhere
+    assert "`predicted_vs_measured.png` and `kendall_tau_per_workload.png`" in elsewhere
+    (out / "report.md").unlink()
+    run_cli("report", str(out / "report.json"), prog="costmodel", check=True)
+    assert (out / "report.md").read_text() == text
 
 
 @pytest.mark.parametrize("args, message", [
