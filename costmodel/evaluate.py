@@ -206,17 +206,23 @@ def write_markdown(report_path: str, out: str | None = None) -> str:
     except ValueError as err:
         raise UserError(f"{report_path} is not JSON ({err})") from None
     out = out or os.path.join(os.path.dirname(report_path), "report.md")
+    if os.path.dirname(out):
+        output_folder(os.path.dirname(out))
     try:
-        text = _markdown(report, tuple(p for p in report["plots"] if not os.path.exists(
-            os.path.join(os.path.dirname(out), p))))
+        _save_markdown(report, out)
     except (KeyError, TypeError, IndexError, AttributeError):
         raise UserError(f"{report_path} is not a report of `costmodel evaluate` (it lacks "
                         "the models, split or workloads that one holds)") from None
-    if os.path.dirname(out):
-        output_folder(os.path.dirname(out))
+    return out
+
+
+def _save_markdown(report: dict, out: str) -> None:
+    """Write `report`'s readable markdown to `out` atomically, naming the plots that are not
+    beside it instead of linking them."""
+    text = _markdown(report, tuple(p for p in report["plots"]
+                                   if not os.path.exists(os.path.join(os.path.dirname(out), p))))
     with atomic_path(out) as tmp, open(tmp, "w") as f:
         f.write(text)
-    return out
 
 
 def choose_sides(meta: dict, frame: pd.DataFrame, split: str | None, test_fraction: float,
@@ -441,6 +447,5 @@ def evaluate(checkpoints: list[str], dataset: str, out: str, split: str | None =
     report["plots"] = [os.path.basename(f) for f in _plots(test, preds, out, latency)]
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump(report, f, indent=2)
-    with open(os.path.join(out, "report.md"), "w") as f:
-        f.write(_markdown(report))
+    _save_markdown(report, os.path.join(out, "report.md"))
     return report
