@@ -406,7 +406,8 @@ class Latency(Renderer):
 
 def lookup(node, path: str):
     """The item at a dotted path of a JSON object (a key with dots in it, such as 0.3, is
-    matched whole, the longest key first; a list takes an index); "." is the object itself."""
+    matched whole, the longest key first; a list takes an index, or K:V&K:V..., its one object
+    whose keys K hold the values V); "." is the object itself."""
     parts = [] if path in ("", ".") else path.split(".")
     while parts:
         for j in range(len(parts), 0, -1):
@@ -417,10 +418,24 @@ def lookup(node, path: str):
             if isinstance(node, list) and j == 1 and key.isdigit():
                 node = node[int(key)]
                 break
+            if isinstance(node, list) and j == 1 and ":" in key:
+                node = matching(node, key)
+                break
         else:
             raise KeyError(path)
         parts = parts[j:]
     return node
+
+
+def matching(items: list, where: str) -> dict:
+    """The one object of `items` whose keys hold the values of `where` (K:V&K:V..., each value
+    compared as text: per_task:64 matches 64)."""
+    wanted = [pair.partition(":")[::2] for pair in where.split("&")]
+    found = [item for item in items if isinstance(item, dict)
+             and all(k in item and str(item[k]) == v for k, v in wanted)]
+    if len(found) != 1:
+        raise TableError(f"{len(found)} entries match {where!r}, not one")
+    return found[0]
 
 
 class Value(Renderer):
@@ -428,7 +443,8 @@ class Value(Renderer):
     `bench/matmul_vs_library.py`'s result.json, `bench/blend_weight.py`'s summary.json).
 
     SELECTOR: the dotted path of an object in it, . for the whole file (a key with dots in it
-    is written as it is: cross_suite_test.0.3). FIELDs: a metric (tau, top1, top5, apeak32,
+    is written as it is: cross_suite_test.0.3; an entry of a list by its index, or by the
+    values of its keys: paired.baseline:ms-default&per_task:64). FIELDs: a metric (tau, top1, top5, apeak32,
     opa, ape, mape: its key in the result files under SELECTOR), or the dotted path of a
     number under SELECTOR (three decimals unless FIELD:N says), or of a text.
     """

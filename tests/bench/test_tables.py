@@ -280,3 +280,25 @@ def test_a_value_file_and_a_cell_of_other_fields(tmp_path):
     assert_clean_error(proc, "has no figure 'tau' of 'test.0.4'", prog="tables")
     proc = tables(readme(tmp_path, marker.replace("median.ours", "median.nosuch")))
     assert_clean_error(proc, "has no figure 'median.nosuch_per_min' of '.'", prog="tables")
+
+
+def test_a_value_row_picks_a_list_entry_by_its_keys(tmp_path):
+    """value: paired.K:V&K:V picks the one entry of a list whose keys hold those values, so a
+    table's rows do not hang on the entries' order; none or several matching is one line."""
+    result = {"paired": [{"baseline": "xgb", "per_task": 16, "ratio": 0.9},
+                         {"baseline": "xgb", "per_task": 64, "ratio": 1.04},
+                         {"baseline": "default", "per_task": 64, "ratio": 0.95}]}
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "result.json").write_text(json.dumps(result))
+    marker = ('<!-- table: value results/result.json head="pair | ratio" cols=ratio\n'
+              '    row="paired.baseline:xgb&per_task:64 ours / xgb at 64"\n'
+              '    row="paired.per_task:64&baseline:default ours / default at 64" -->')
+    path = readme(tmp_path, marker)
+    proc = tables(path)
+    assert proc.returncode == 0, proc.stderr
+    assert "| ours / xgb at 64 | 1.040 |\n| ours / default at 64 | 0.950 |\n" in path.read_text()
+    proc = tables(readme(tmp_path, marker.replace("per_task:64&baseline", "per_task:32&baseline")))
+    assert_clean_error(proc, "0 entries match 'per_task:32&baseline:default', not one",
+                       prog="tables")
+    proc = tables(readme(tmp_path, marker.replace("baseline:xgb&per_task:64", "baseline:xgb")))
+    assert_clean_error(proc, "2 entries match 'baseline:xgb', not one", prog="tables")
