@@ -444,9 +444,9 @@ class Value(Renderer):
 
     SELECTOR: the dotted path of an object in it, . for the whole file (a key with dots in it
     is written as it is: cross_suite_test.0.3; an entry of a list by its index, or by the
-    values of its keys: paired.baseline:ms-default&per_task:64). FIELDs: a metric (tau, top1, top5, apeak32,
-    opa, ape, mape: its key in the result files under SELECTOR), or the dotted path of a
-    number under SELECTOR (three decimals unless FIELD:N says), or of a text.
+    values of its keys: paired.baseline:ms-default&per_task:64). FIELDs: a metric (tau, top1,
+    top5, apeak32, opa, ape, mape: its key in the result files under SELECTOR), or the dotted
+    path of a number under SELECTOR (three decimals unless FIELD:N says), or of a text.
     """
 
     def figure(self, selector: str, name: str):
