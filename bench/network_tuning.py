@@ -189,13 +189,20 @@ def _median_us(pairs: list[dict], tuner: str, per_task: int) -> float | None:
     return float(np.median(at)) * 1e6 if at else None
 
 
-def summarize(pairs: list[dict], tuners) -> dict:
+def versus(tuners, ours) -> list[tuple[str, str]]:
+    """The (ours, baseline) comparisons: each of `ours` against every other tuner but an
+    `ours` listed before it."""
+    return [(o, base) for i, o in enumerate(ours) for base in tuners
+            if base != o and base not in ours[:i]]
+
+
+def summarize(pairs: list[dict], tuners, ours=("bo",)) -> dict:
     """Per network: each tuner's median latency (us) over seeds per budget, the smallest
     budget at which it is as fast as the reference at the largest (None: at none; both
     medians over the seeds that ran at every budget, `reach_seeds`), its
-    search wall time per trial, and for each baseline bo's paired ratio to it on that network
-    (`bo_ratio@B`, the geometric mean over seeds); over networks, bo's paired ratios to each
-    baseline."""
+    search wall time per trial, and each of `ours`' paired ratio to it on that network
+    (`bo_ratio@B` for bo, the geometric mean over seeds); over networks, the paired ratios of
+    each of `ours` to the other tuners (`versus`)."""
     out: dict = {"networks": {}, "paired": []}
     budgets = sorted({p["per_task"] for p in pairs})
     for name in sorted({p["network"] for p in pairs}):
@@ -210,10 +217,10 @@ def summarize(pairs: list[dict], tuners) -> dict:
                      if tuner in p["runs"]]
             row["wall_s_per_trial"] = float(np.median(walls)) if walls else math.nan
             rows[tuner] = row
-        for base in [t for t in tuners if t != "bo"]:
-            for b in budgets:  # bo's paired ratio to it on this network alone
-                if stats := paired(mine, "bo", base, b):
-                    rows[base][f"bo_ratio@{b}"] = stats["geomean_ratio"]
+        for o, base in versus(tuners, ours):
+            for b in budgets:  # the paired ratio on this network alone
+                if stats := paired(mine, o, base, b):
+                    rows[base][f"{o}_ratio@{b}"] = stats["geomean_ratio"]
         # reach on the seeds that ran at every budget alone, so no budget's median mixes in
         # seeds another budget lacks
         seeds = set.intersection(*({p["seed"] for p in mine if p["per_task"] == b}
@@ -226,9 +233,9 @@ def summarize(pairs: list[dict], tuners) -> dict:
                  if (_median_us(common, tuner, b) or math.inf) <= level), None)
             row["reach_seeds"] = sorted(seeds)
         out["networks"][name] = rows
-    for base in [t for t in tuners if t != "bo"]:
+    for o, base in versus(tuners, ours):
         for b in budgets:
-            if stats := paired(pairs, "bo", base, b):
+            if stats := paired(pairs, o, base, b):
                 out["paired"].append(stats)
     return out
 
@@ -249,7 +256,7 @@ def format_summary(summary: dict) -> str:
             lines.append(f"{tuner:<20}{cells}{'never' if reach is None else f'@{reach}':>24}"
                          f"{row['wall_s_per_trial']:>14.2f}")
     for p in summary["paired"]:
-        lines.append(f"bo / {p['baseline']} at {p['per_task']} trials per task: ratio "
+        lines.append(f"{p['ours']} / {p['baseline']} at {p['per_task']} trials per task: ratio "
                      f"{p['geomean_ratio']:.3f} (95% interval {p['ci95'][0]:.3f}-"
                      f"{p['ci95'][1]:.3f}) over {p['n']} pair(s); {p['wins']} wins, "
                      f"{p['ties']} ties, {p['losses']} losses")
@@ -282,7 +289,7 @@ def networks_part(args, target, measurer) -> dict:
                  for b in args.network_budgets]
     if not pairs:
         raise UserError(f"no finished (network, seed, budget) in {out}/pairs yet")
-    summary = summarize(pairs, tuners)
+    summary = summarize(pairs, tuners, args.network_ours)
     write_json(os.path.join(out, "summary.json"), summary, indent=1)
     seeds = sorted({p["seed"] for p in pairs})
     print(f"== networks: {', '.join(summary['networks'])}, seeds {seeds}, "

@@ -263,8 +263,11 @@ def main() -> None:
     parser.add_argument("--network-budgets", nargs="+", type=int,
                         default=list(network_tuning.BUDGETS),
                         help="networks: total budgets, in trials per task")
-    parser.add_argument("--network-tuners", nargs="+", choices=TUNERS,
+    parser.add_argument("--network-tuners", nargs="+", choices=TUNERS + ["bo-learn"],
                         default=list(network_tuning.TUNERS))
+    parser.add_argument("--network-ours", nargs="+", default=["bo"],
+                        help="networks: the tuners the summary pairs with every other tuner "
+                        "(default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=network_tuning.ROUNDS,
                         help="networks: interleaved measurement rounds of the compiled networks")
     parser.add_argument("--parts", nargs="+", default=["shapes", "family", "network"],

@@ -578,18 +578,23 @@ class XGBStoreModel(StoreModel):
                                           validate_features=False)
 
     def trained_on(self, store_rows: list[np.ndarray], log_latency: np.ndarray, rounds: int,
-                   seed: int = 0, threads: int | None = None) -> "XGBStoreModel":
+                   seed: int = 0, threads: int | None = None,
+                   groups: np.ndarray | None = None) -> "XGBStoreModel":
         """A copy whose booster trains `rounds` more rounds on measured programs (their
-        per-store rows and log-latencies, one workload's), as MetaSchedule's XGBModel trains
-        in tuning: pack-sum squared error on each program's throughput over the fastest's,
-        weighted by it. This model is left as it is."""
+        per-store rows and log-latencies; `groups`: each one's workload, where they are of
+        several), as MetaSchedule's XGBModel trains in tuning: pack-sum squared error on each
+        program's throughput over its workload's fastest, weighted by it. This model is left
+        as it is."""
         import types
 
         import xgboost as xgb
         from tvm.s_tir.meta_schedule.cost_model.xgb_model import PackSum, XGBConfig
 
         log_latency = np.asarray(log_latency, float)
-        pack = PackSum(xs=list(store_rows), ys=np.exp(log_latency.min() - log_latency))
+        groups = np.zeros(len(log_latency), int) if groups is None else np.asarray(groups)
+        fastest = {g: log_latency[groups == g].min() for g in np.unique(groups)}
+        pack = PackSum(xs=list(store_rows),
+                       ys=np.exp(np.array([fastest[g] for g in groups]) - log_latency))
         config = XGBConfig(seed=seed, nthread=threads or os.cpu_count() or 1).to_dict()
         booster = xgb.train(config, pack.dmatrix, num_boost_round=rounds,
                             xgb_model=self.model.booster.copy(),

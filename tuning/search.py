@@ -17,8 +17,9 @@ the results refit the surrogate. Four surrogates:
   about this workload loses its say, and with every weight at zero the search leans on the GP
   and on exploration alone.
 - "prior-learn": as prior-gp, but the prior's XGBModel (the checkpoint's companion) keeps
-  learning: at each refit it trains a few more boosting rounds on this run's measurements, as
-  MetaSchedule's XGBModel does in tuning, and the blend is recomputed with it.
+  learning: at each refit it trains a few more boosting rounds on this run's measurements (of
+  every task, where the run tunes a network), as MetaSchedule's XGBModel does in tuning, and
+  the blend is recomputed with it.
 - "forest": ytopt's recipe, no prior: a random forest over the schedule's sampled decisions,
   its spread across trees as the uncertainty, candidates drawn at random from the space.
 
@@ -246,15 +247,44 @@ def scored_rows(logs, throughput, emb, stores) -> tuple[list[Scored], np.ndarray
     return [Scored(e, s, p) for e, s, p in zip(np.asarray(emb, np.float64), stores, parts)], parts
 
 
+class RunLearning:
+    """What the tasks of one tuning run share in `PriorLearn`: each task's measurements (its
+    programs' per-store rows and log-latencies) and the prior's XGBModel trained on all of
+    them, as MetaSchedule's one XGBModel learns from every task of a network it has measured
+    (each program's throughput over its own task's fastest). Trained again only when the
+    run's measurements have grown, from the pretrained booster each time."""
+
+    def __init__(self, pretrained, rounds: int, seed: int):
+        self.pretrained, self.rounds, self.seed = pretrained, rounds, seed
+        self.measured: dict[str, tuple[list, np.ndarray]] = {}  # task: (store rows, log s)
+        self.model, self.trained_on = pretrained, 0
+
+    def learn(self, task: str, stores: list, y: np.ndarray):
+        """The XGBModel once `task`'s measurements are `stores` and `y` (the pretrained one
+        before the run has `LEARN_MIN_MEASURED`)."""
+        self.measured[task] = (list(stores), np.asarray(y, float))
+        tasks = [m for m in self.measured.values() if len(m[1])]
+        total = sum(len(ys) for _, ys in tasks)
+        if total >= LEARN_MIN_MEASURED and total != self.trained_on:
+            self.model = self.pretrained.trained_on(
+                [r for rows, _ in tasks for r in rows], np.concatenate([ys for _, ys in tasks]),
+                self.rounds, seed=self.seed,
+                groups=np.concatenate([np.full(len(ys), i) for i, (_, ys) in enumerate(tasks)]))
+            self.trained_on = total
+        return self.model
+
+
 @SURROGATES.register("prior-learn")
 class PriorLearn(PriorGP):
     """PriorGP whose prior keeps learning from the run: at each refit the blend's XGBModel (the
     checkpoint's companion, pretrained on its training records) trains `rounds` more
     boosting rounds on this run's measurements, as MetaSchedule's XGBModel learns in tuning
-    (pack-sum loss on throughput over the run's fastest), and the blend is recomputed with it;
-    the GP models the rest. Where the pretrained models rank this workload poorly the tree part
-    of the prior corrects itself from the measurements, at a fraction of ms-xgb-pretrained's
-    cost (which retrains on every pretraining record each round).
+    (pack-sum loss on throughput over the task's fastest), and the blend is recomputed with
+    it; the GP models the rest. Where the pretrained models rank this workload poorly the tree
+    part of the prior corrects itself from the measurements, at a fraction of
+    ms-xgb-pretrained's cost (which retrains on every pretraining record each round). The
+    tasks of one run (a network's) share one `RunLearning` (`run`, a dict its searches share),
+    so each task's prior learns from every task measured so far.
 
     The blend's parts are standardised over every candidate scored in the run (the measured
     and the pool alike), so a candidate's prior does not hang on which others it is scored with.
@@ -262,13 +292,17 @@ class PriorLearn(PriorGP):
 
     needs_model = True
 
-    def __init__(self, predictor, seed: int, rounds: int = LEARN_ROUNDS):
+    def __init__(self, predictor, seed: int, rounds: int = LEARN_ROUNDS,
+                 run: dict | None = None, task: str = ""):
         super().__init__(predictor, seed)
         self.check(predictor)
         self.rounds = rounds
         companion = predictor.companion
         self.column = companion.names.index("xgb")
         self.pretrained = self.xgb = companion.models[self.column]
+        self.learning = (run if run is not None else {}).setdefault(
+            "learning", RunLearning(self.pretrained, rounds, seed))
+        self.task = task
         self.shares = np.asarray([1 - companion.weight] if len(companion.models) == 1
                                  else companion.shares)
         self.scale: tuple[np.ndarray, np.ndarray] | None = None  # the parts' mean and std
@@ -305,9 +339,7 @@ class PriorLearn(PriorGP):
                                    - z[:, 1:] @ self.shares)
 
     def fit(self, x_all: list, x: list, prior: np.ndarray, y: np.ndarray) -> None:
-        if len(y) >= LEARN_MIN_MEASURED:
-            self.xgb = self.pretrained.trained_on([c.stores for c in x], y, self.rounds,
-                                                  seed=self.seed)
+        self.xgb = self.learning.learn(self.task, [c.stores for c in x], y)
         seen = self.parts(x_all)
         std = seen.std(axis=0, ddof=1) if len(seen) > 1 else np.ones(seen.shape[1])
         self.scale = (seen.mean(axis=0), np.where(std > 0, std, 1.0))
@@ -421,6 +453,7 @@ class BayesOptSearch(PySearchStrategy):
         self.sampler = None
         self.history: list[tuple[str, float]] = []  # (trace hash, seconds) in measured order
         self.fitted_on: int | None = None  # measurements the surrogate was last fitted on
+        self.run: dict = {}  # what the tasks of one tuning run share (its clones: `PriorLearn`)
 
     def __repr__(self) -> str:
         return f"BayesOptSearch({self.config['surrogate']}, {self.config['acquisition']})"
@@ -438,11 +471,15 @@ class BayesOptSearch(PySearchStrategy):
 
     def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces,
                    database=None, cost_model=None) -> None:
-        cls = SURROGATES.get(self.config["surrogate"])
+        cls, seed = SURROGATES.get(self.config["surrogate"]), self.config["seed"]
         self.max_trials, self.per_iter = max_trials, num_trials_per_iter
-        self.surrogate = cls(self.predictor, self.config["seed"], xgb=self.xgb,
-                             context=self.context) if cls is PriorMix else \
-            cls(self.predictor, self.config["seed"])
+        if cls is PriorMix:
+            self.surrogate = cls(self.predictor, seed, xgb=self.xgb, context=self.context)
+        elif cls is PriorLearn:
+            self.surrogate = cls(self.predictor, seed, run=self.run,
+                                 task=str(self.context.task_name))
+        else:
+            self.surrogate = cls(self.predictor, seed)
         self.seen: set[str] = set()
         self.pool: list = []  # unmeasured candidates
         self.pool_x: list = []
@@ -537,4 +574,8 @@ class BayesOptSearch(PySearchStrategy):
         self.pending = []
 
     def clone(self) -> "BayesOptSearch":
-        return BayesOptSearch(self.predictor, xgb=self.xgb, **self.config)
+        """The same search for another task of the run (MetaSchedule clones the strategy for
+        each task it extracts), sharing `run` with this one."""
+        twin = BayesOptSearch(self.predictor, xgb=self.xgb, **self.config)
+        twin.run = self.run
+        return twin

@@ -139,8 +139,9 @@ def _bo_mix(inputs: SearchInputs):
 
 
 @_tuner("bo-learn", "bo whose prior's XGBModel keeps learning: each round it trains a few more "
-        "boosting rounds on the run's measurements (as MetaSchedule's XGBModel does) before "
-        "the blend is recomputed and the GP fitted on its residual", needs_checkpoint=True)
+        "boosting rounds on the run's measurements, of every task in a network (as "
+        "MetaSchedule's XGBModel does), before the blend is recomputed and the GP fitted on "
+        "its residual", needs_checkpoint=True)
 def _bo_learn(inputs: SearchInputs):
     from tuning.search import BayesOptSearch
 

@@ -63,6 +63,23 @@ def test_the_reach_counts_only_the_seeds_that_ran_at_every_budget():
     assert bo["reach_seeds"] == ref["reach_seeds"] == [0, 1]
 
 
+def test_two_of_ours_are_each_paired_with_the_baselines_and_once_with_each_other():
+    # a variant of bo beside it (an ablation): bo-learn against bo and ms-default, bo against
+    # ms-default alone (bo / bo-learn would be the same comparison again)
+    bench = network_tuning()
+    pairs = [pair("cnn", s, 64, {"bo": 80 + s, "bo-learn": 72, "ms-default": 90})
+             for s in (0, 1)]
+    summary = bench.summarize(pairs, ["bo", "bo-learn", "ms-default"], ["bo-learn", "bo"])
+    assert [(p["ours"], p["baseline"]) for p in summary["paired"]] == [
+        ("bo-learn", "bo"), ("bo-learn", "ms-default"), ("bo", "ms-default")]
+    assert summary["paired"][0]["ratios"] == pytest.approx([72 / 80, 72 / 81])
+    rows = summary["networks"]["cnn"]
+    assert rows["ms-default"]["bo-learn_ratio@64"] == pytest.approx(0.8)
+    assert rows["bo"]["bo-learn_ratio@64"] == pytest.approx(72 / math.sqrt(80 * 81))
+    assert "bo_ratio@64" in rows["ms-default"] and "bo_ratio@64" not in rows["bo-learn"]
+    assert "bo-learn / bo at 64 trials per task" in bench.format_summary(summary)
+
+
 def test_a_report_reads_the_finished_pairs_and_tunes_nothing(tmp_path):
     from tuning.runs import write_json
 

@@ -242,3 +242,39 @@ def test_the_xgbmodel_trained_on_for_measured_programs_ranks_them_better():
     assert len(after) == 60
     one = np.zeros(60)  # one workload
     assert kendall_tau(one, log_latency, -after) > max(kendall_tau(one, log_latency, -before), 0.5)
+
+
+def test_the_xgbmodel_trained_on_several_workloads_scales_each_by_its_own_fastest():
+    """`trained_on(..., groups=)`: a network's tasks trained on together, each program's
+    throughput over its own task's fastest (MetaSchedule's XGBModel's scaling), so a task a
+    hundred times slower than another is learnt as well as the fast one; over the run's
+    fastest alone its weights would all be near zero."""
+    import types
+
+    import xgboost as xgb
+    from tvm.s_tir.meta_schedule.cost_model.xgb_model import PackSum, XGBConfig
+
+    from costmodel.store_models import XGBStoreModel
+
+    rng = np.random.default_rng(0)
+    stores = [rng.random((int(rng.integers(1, 4)), 8)).astype(np.float32) for _ in range(120)]
+    slow = np.arange(120) >= 60  # the second task, flagged by feature 7, its cost in feature 1
+    for rows, flag in zip(stores, slow):
+        rows[:, 7] = flag
+    log_latency = np.array([np.log(100) + 2 * s[:, 1].sum() if flag else 2 * s[:, 0].sum()
+                            for s, flag in zip(stores, slow)])
+    noise = PackSum(xs=stores, ys=rng.random(120))
+    booster = xgb.train(XGBConfig(nthread=1).to_dict(), noise.dmatrix, num_boost_round=5,
+                        obj=lambda pred, _d: noise.obj_square_error(pred))
+    start = XGBStoreModel(types.SimpleNamespace(booster=booster), {"records": 7})
+    by_task = start.trained_on(stores, log_latency, rounds=20, threads=1, groups=slow)
+    as_one = start.trained_on(stores, log_latency, rounds=20, threads=1)
+    assert by_task.fitted_on == {"records": 7, "trained_on": 120}
+    task = slow.astype(int)
+    for part in (~slow, slow):
+        tau = kendall_tau(task[part], log_latency[part], -by_task.throughput(
+            [s for s, p in zip(stores, part) if p]))
+        assert tau > 0.5
+    slow_stores = [s for s, p in zip(stores, slow) if p]
+    assert kendall_tau(task[slow], log_latency[slow], -by_task.throughput(slow_stores)) > \
+        kendall_tau(task[slow], log_latency[slow], -as_one.throughput(slow_stores)) + 0.1

@@ -165,6 +165,21 @@ def test_bo_learn_trains_its_priors_xgbmodel_on_the_run(tiny_checkpoint, tmp_pat
     assert not np.allclose(learned, parts[:, 1])
     assert np.isfinite(surrogate.posterior(x, parts)[0]).all()
 
+    # the tasks of one run share what the XGBModel learns: MetaSchedule tuned a clone of the
+    # search, which learnt into the run it shares with the search; in a network's run a task
+    # with three measurements of its own has a prior trained on every task's
+    (_, measured), = search.run["learning"].measured.values()  # its one task's, 2 rounds
+    assert len(measured) >= 6
+    run = {}
+    first, second = (PriorLearn(predictor, 0, run=run, task=t) for t in ("a", "b"))
+    first.fit(x, x[:LEARN_MIN_MEASURED], parts[:LEARN_MIN_MEASURED], y)
+    second.fit(x, x[LEARN_MIN_MEASURED:][:3], parts[LEARN_MIN_MEASURED:][:3], y[:3])
+    assert second.learning is first.learning
+    assert second.xgb.fitted_on["trained_on"] == LEARN_MIN_MEASURED + 3
+    alone = PriorLearn(predictor, 0, task="b")
+    alone.fit(x, x[:3], parts[:3], y[:3])
+    assert alone.xgb is pretrained  # three of its own are too few to learn from
+
 
 def test_bo_learn_needs_a_checkpoint_blended_with_the_xgbmodel(tiny_checkpoint):
     from costmodel.predictor import CostModelPredictor
