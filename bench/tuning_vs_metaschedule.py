@@ -37,6 +37,10 @@ build the networks; `--report` summarises the finished pairs without it):
     python bench/tuning_vs_metaschedule.py --parts networks --seeds 0 1 2 \
         [--networks poolformer-s12 electra-small] [--network-budgets 16 64]
 
+A variant of bo beside them (an ablation in a folder of its own, the others' runs read back):
+`--network-tuners bo bo-learn ms-xgb-pretrained ms-default --network-ours bo-learn bo` pairs
+bo-learn with each other tuner and bo with the baselines.
+
 Part 5 (`--parts gpu --target nvidia/nvidia-h100`, on the GPU host): held-out shapes on the
 GPU, with `graphsage-h100.ckpt` (trained on data/cuda-h100, these four workloads held out) and
 its shipped pretrained XGBModel; every tuner measures on this host's GPU. For the GPU issue's
