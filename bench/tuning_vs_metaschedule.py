@@ -267,7 +267,7 @@ def main() -> None:
     parser.add_argument("--network-budgets", nargs="+", type=int,
                         default=list(network_tuning.BUDGETS),
                         help="networks: total budgets, in trials per task")
-    parser.add_argument("--network-tuners", nargs="+", choices=TUNERS + ["bo-learn"],
+    parser.add_argument("--network-tuners", nargs="+", choices=TUNERS + ["bo-learn", "bo-evo"],
                         default=list(network_tuning.TUNERS))
     parser.add_argument("--network-ours", nargs="+", default=["bo"],
                         help="networks: the tuners the summary pairs with every other tuner "
