@@ -33,6 +33,12 @@ def readme(tmp_path, marker: str = MARKER):
     return path
 
 
+def write_result(tmp_path, name: str, data) -> None:
+    """A results file the marked tables read (results/NAME, JSON)."""
+    (tmp_path / "results").mkdir(exist_ok=True)
+    (tmp_path / "results" / name).write_text(json.dumps(data))
+
+
 def tables(path, *args: str):
     return run_bench("tables.py", "--readme", str(path), *args)
 
@@ -113,8 +119,7 @@ def test_a_tuning_table_shows_each_tuners_wall_time_per_trial(tmp_path):
     summary = {"budgets": [8], "workloads": {}, "paired": [],
                "geomean": {"bo": {"remeasured@8": 1e-4, "s_per_trial": 1.234},
                            "ms-default": {"remeasured@8": 2e-4}}}
-    (tmp_path / "results").mkdir()
-    (tmp_path / "results" / "summary.json").write_text(json.dumps(summary))
+    write_result(tmp_path, "summary.json", summary)
     marker = ('<!-- table: tuning results/summary.json head="tuner | us | s/trial"\n'
               '    cols=@8,wall row="geomean#bo bo" -->')
     path = readme(tmp_path, marker)
@@ -130,8 +135,7 @@ def test_a_row_takes_each_column_from_its_own_file(tmp_path):
     transfer = {"curves": {"scratch": {"0.05": {
         "train_records": 10, "kendall_tau": {"mean": 0.5, "std": 0.02, "n": 3},
         "top1_score": {"mean": 0.25, "std": 0.0, "n": 1}}}}}
-    (tmp_path / "results").mkdir()
-    (tmp_path / "results" / "transfer.json").write_text(json.dumps(transfer))
+    write_result(tmp_path, "transfer.json", transfer)
     marker = ('<!-- table: transfer results/transfer.json report:results/report.json\n'
               '    head="records | tau | top-1" cols=tau,top1 none=- bold=2.1\n'
               '    row="scratch@0.05 10" row="2:graphsage,- all" row="- *earlier:*" -->')
@@ -152,8 +156,7 @@ def test_a_report_row_of_one_workload(tmp_path):
     report = {"models": {
         "graphsage": {"runs": 1, "mean": {}, "std": {}, "per_run": [per_run]},
         "xgb": {"runs": 2, "mean": {}, "std": {}, "per_run": [per_run, per_run]}}}
-    (tmp_path / "results").mkdir()
-    (tmp_path / "results" / "eval.json").write_text(json.dumps(report))
+    write_result(tmp_path, "eval.json", report)
     marker = ('<!-- table: report results/eval.json head="workload | top-1 / tau | tau"\n'
               '    cols=top1:2+tau:2,tau row="graphsage@dense/m1_n2_k3,xgb.1@dense a dense"\n'
               '    bold=1.1.1 -->')
@@ -176,8 +179,7 @@ def test_an_ablation_row_of_one_family(tmp_path):
         "runs": [run, dict(run, seed=1)],
         "baselines": {"xgb": {"overall": {}, "per_family": {
             "lu": {"kendall_tau": 0.029, "top1_score": 0.597}}}}}
-    (tmp_path / "results").mkdir()
-    (tmp_path / "results" / "summary.json").write_text(json.dumps(summary))
+    write_result(tmp_path, "summary.json", summary)
     marker = ('<!-- table: ablation results/summary.json head="LU | tau | top-1"\n'
               '    cols=tau,top1 bold=1 row="v3.0@lu ours" row="v3.hybrid@lu blended"\n'
               '    row="xgb@lu theirs" -->')
@@ -195,8 +197,7 @@ def test_an_ablation_row_of_one_family(tmp_path):
 def test_a_latency_table_shows_the_median_and_each_seed(tmp_path):
     summary = {"trials": 96, "seeds": [0, 1, 2],
                "latency_us": {"untuned": [5000.04], "bo": [150.0, 110.25, 160.0]}}
-    (tmp_path / "results").mkdir()
-    (tmp_path / "results" / "summary.json").write_text(json.dumps(summary))
+    write_result(tmp_path, "summary.json", summary)
     marker = ('<!-- table: latency results/summary.json head="build | median (us) | per seed"\n'
               '    cols=median,seeds none= bold=1 row="untuned untuned" row="bo bo" -->')
     path = readme(tmp_path, marker)
@@ -213,8 +214,7 @@ def test_a_tuning_row_of_a_workload_whose_key_has_a_slash(tmp_path):
               "ms-default": {"best@8": 4e-5, "remeasured@8": 4.2e-5, "to_reach": 8.0}}
     summary = {"budgets": [8], "workloads": {"dense/m1": tuners}, "geomean": tuners,
                "paired": []}
-    (tmp_path / "results").mkdir()
-    (tmp_path / "results" / "summary.json").write_text(json.dumps(summary))
+    write_result(tmp_path, "summary.json", summary)
     marker = ('<!-- table: tuning results/summary.json head="tuner | best@8 | us | reach"\n'
               '    cols=inrun@8,@8,reach row="dense/m1#bo bo" row="dense/m1#ms-default ms" -->')
     path = readme(tmp_path, marker)
@@ -265,8 +265,7 @@ def test_a_value_file_and_a_cell_of_other_fields(tmp_path):
     SELECTOR=FIELD+FIELD cell shows other FIELDs than its column's."""
     result = {"ratio": 1.9517, "median": {"ours_per_min": 58.0, "theirs_per_min": 29.71},
               "test": {"0.3": {"kendall_tau": 0.4271, "top1_score": 0.6641}}}
-    (tmp_path / "results").mkdir()
-    (tmp_path / "results" / "result.json").write_text(json.dumps(result))
+    write_result(tmp_path, "result.json", result)
     marker = ('<!-- table: value results/result.json report:results/report.json\n'
               '    head="what | figures" cols=tau+top1 none=-\n'
               '    row="test.0.3 blend at 0.3" row="2:graphsage ours"\n'
@@ -288,8 +287,7 @@ def test_a_value_row_picks_a_list_entry_by_its_keys(tmp_path):
     result = {"paired": [{"baseline": "xgb", "per_task": 16, "ratio": 0.9},
                          {"baseline": "xgb", "per_task": 64, "ratio": 1.04},
                          {"baseline": "default", "per_task": 64, "ratio": 0.95}]}
-    (tmp_path / "results").mkdir()
-    (tmp_path / "results" / "result.json").write_text(json.dumps(result))
+    write_result(tmp_path, "result.json", result)
     marker = ('<!-- table: value results/result.json head="pair | ratio" cols=ratio\n'
               '    row="paired.baseline:xgb&per_task:64 ours / xgb at 64"\n'
               '    row="paired.per_task:64&baseline:default ours / default at 64" -->')
