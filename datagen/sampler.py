@@ -330,12 +330,17 @@ class ScheduleSampler:
 
         return self._take(self._finished(attempts()), n, seen, lambda _: {"origin": "random"})
 
-    def evolve(self, parents: list[str], n: int, seed: int, seen: set[str]) -> list[Candidate]:
-        """Up to `n` new schedules, each one mutation of a parent trace (JSON text)."""
+    def evolve(self, parents: list[str], n: int, seed: int, seen: set[str],
+               depth: int = 1) -> list[Candidate]:
+        """Up to `n` new schedules, each `depth` mutations in a row from a parent trace (JSON
+        text): one mutation reaches a parent's neighbours, more reach past them once those are
+        all seen."""
         from tvm.s_tir.meta_schedule import _ffi_api
 
         if not parents or not self.mutators or n <= 0:
             return []
+        if depth < 1:
+            raise ValueError(f"depth must be at least 1, not {depth}")
         rng = np.random.default_rng(seed)
         traces = [replay(self.mod, p).trace for p in parents]
         hashes = [trace_hash(p) for p in parents]
@@ -343,11 +348,14 @@ class ScheduleSampler:
         def attempts():  # mutations stay in this thread, in order (a failed one draws no seed)
             for _ in range(n * self.max_attempts):
                 i = int(rng.integers(len(traces)))
-                mutator = self.mutators[rng.choice(len(self.mutators), p=self.mutator_probs)]
-                mutated = _ffi_api.MutatorApply(mutator, traces[i],
-                                                int(rng.integers(1, 2**31 - 1)))
-                if mutated is not None:  # (mutations mostly keep the bounds: no prefix)
-                    yield (mutated, int(rng.integers(1, 2**31 - 1))), (i, mutator)
+                trace = traces[i]
+                for _ in range(depth):
+                    mutator = self.mutators[rng.choice(len(self.mutators), p=self.mutator_probs)]
+                    trace = _ffi_api.MutatorApply(mutator, trace, int(rng.integers(1, 2**31 - 1)))
+                    if trace is None:
+                        break
+                else:  # (mutations mostly keep the bounds: no prefix)
+                    yield (trace, int(rng.integers(1, 2**31 - 1))), (i, mutator)
 
         return self._take(self._finished(attempts()), n, seen, lambda info: {
             "origin": "evolved", "parent_hash": hashes[info[0]],

@@ -69,7 +69,7 @@ def model_ids(inputs: SearchInputs) -> dict:
     alone (`model_sha256`): its file beside a checkpoint carries the blend's weights too,
     which bo reads (in the checkpoints' names) and ms-xgb-pretrained does not, so a run of it
     stays read back when the blend is weighted again; runs recorded before are matched by
-    the file."""
+    the file. bo's search depth (`SearchInputs.max_depth`) is named too, as `search`."""
     def ident(path, model_only: bool = False):
         with open(path, "rb") as f:
             out = {"file": os.path.basename(path), "sha256": hashlib.sha256(f.read()).hexdigest()}
@@ -93,6 +93,8 @@ def model_ids(inputs: SearchInputs) -> dict:
                                        "sha256": f"{inputs.network_share:g}"})
     if inputs.pretrained_xgb:
         ids["pretrained_xgb"] = ident(inputs.pretrained_xgb, model_only=True)
+    if inputs.max_depth != 1:  # (runs made before the option searched with 1 and name none)
+        ids["search"] = {"file": "max_depth", "sha256": str(inputs.max_depth)}
     return ids
 
 
@@ -141,7 +143,8 @@ def models_used(tuner: str, models: dict) -> dict:
     spec = TUNERS.get(tuner)
     return {k: v for k, v in models.items()
             if (k == "checkpoints" and spec.needs_checkpoint) or
-            (k == "pretrained_xgb" and spec.needs_pretrained_xgb)}
+            (k == "pretrained_xgb" and spec.needs_pretrained_xgb) or
+            (k == "search" and spec.deepens)}
 
 
 def tune_run(mod, target, tuner, trials, wd, measurer, inputs, trials_per_iter, progress,

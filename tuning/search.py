@@ -415,6 +415,9 @@ class BayesOptSearch(PySearchStrategy):
         pool_size: new candidates drawn each round.
         evolve_fraction: share of the new candidates that mutate the best schedules so far.
         num_parents: how many of the best schedules are mutated.
+        max_depth: once one mutation of the parents gives fewer than the round's share of
+            unseen schedules (their neighbourhood is used up), the rest are two mutations
+            from them, then three, up to this many.
         generations: after the round's draw, how many generations evolve from the
             `num_parents` unmeasured candidates of the pool whose posterior mean is fastest
             (the surrogate refitted on this run's measurements, so a prior the measurements
@@ -428,8 +431,8 @@ class BayesOptSearch(PySearchStrategy):
 
     def __init__(self, predictor=None, surrogate: str = "prior-gp", acquisition: str = "ei",
                  pool_size: int = 256, evolve_fraction: float = 0.5, num_parents: int = 8,
-                 generations: int = 0, children: int | None = None, kappa: float = 1.96,
-                 seed: int = 0, xgb=None):
+                 max_depth: int = 1, generations: int = 0, children: int | None = None,
+                 kappa: float = 1.96, seed: int = 0, xgb=None):
         super().__init__()
         self.xgb = xgb
         surrogate_class = SURROGATES.get(surrogate)
@@ -441,12 +444,12 @@ class BayesOptSearch(PySearchStrategy):
         if predictor is not None:
             surrogate_class.check(predictor)
         self.predictor = predictor
-        if generations < 0 or (children is not None and children < 1):
-            raise UserError(f"generations must be at least 0 and children at least 1, not "
-                            f"{generations} and {children}")
+        if generations < 0 or (children is not None and children < 1) or max_depth < 1:
+            raise UserError(f"generations must be at least 0, children and max_depth at least "
+                            f"1, not {generations}, {children} and {max_depth}")
         self.config = dict(surrogate=surrogate, acquisition=acquisition, pool_size=pool_size,
                            evolve_fraction=evolve_fraction, num_parents=num_parents,
-                           generations=generations,
+                           max_depth=max_depth, generations=generations,
                            children=children if children is not None else max(1, pool_size // 4),
                            kappa=kappa, seed=seed)
         self.context = None
@@ -500,8 +503,15 @@ class BayesOptSearch(PySearchStrategy):
         new = self.sampler.random(cfg["pool_size"] - n_evolve, seed, self.seen)
         if n_evolve:
             best = sorted(self.measured, key=lambda m: m[3])[:cfg["num_parents"]]
-            new += self.sampler.evolve([m[0].trace_json for m in best], n_evolve, seed + 1,
-                                       self.seen)
+            parents = [m[0].trace_json for m in best]
+            evolved = self.sampler.evolve(parents, n_evolve, seed + 1, self.seen)
+            for depth in range(2, cfg["max_depth"] + 1):  # the parents' neighbours all seen:
+                if len(evolved) >= n_evolve:  # reach past them, as a population's generations do
+                    break
+                evolved += self.sampler.evolve(parents, n_evolve - len(evolved),
+                                               derive_seed(seed, "depth", depth), self.seen,
+                                               depth=depth)
+            new += evolved
         self._add(new)
         for generation in range(cfg["generations"]):
             if not self.pool:

@@ -42,6 +42,10 @@ from datagen.measure import run_latency
 from datagen.tvm_env import METASCHEDULE_LOGGER
 
 DEFAULT_TRIALS_PER_ITER = 8
+# how many mutations in a row bo's new candidates may be from its best measured schedules once
+# one mutation of them finds nothing unseen: 2 or 3 were no faster on ELECTRA-small's heaviest
+# tasks (bench/heavy_tasks.py, bench/README.md), so bo stays at one
+BO_MAX_DEPTH = 1
 RECORDS_FILE = "database_tuning_record.json"
 WORKLOADS_FILE = "database_workload.json"
 
@@ -78,6 +82,7 @@ class Tuner:
     description: str
     needs_checkpoint: bool
     needs_pretrained_xgb: bool
+    deepens: bool = False  # a BayesOptSearch that mutates its best: SearchInputs.max_depth counts
 
 
 # every tuner runs in MetaSchedule's loop with the same builder, runner and batch size
@@ -96,57 +101,61 @@ class SearchInputs:
     threads: int | None = None  # threads of a workload's search and its models (None:
     # MetaSchedule's default, the host's physical cores, which a network's search always uses)
     network_share: float | None = None  # the predictor's blend weight, when set for the run
+    max_depth: int = BO_MAX_DEPTH  # BayesOptSearch's: mutations in a row once its parents'
+    # one-mutation neighbours are all seen
 
 
 def _tuner(name: str, description: str, needs_checkpoint: bool = False,
-           needs_pretrained_xgb: bool = False) -> Callable:
+           needs_pretrained_xgb: bool = False, deepens: bool = False) -> Callable:
     """Register `make(SearchInputs) -> (strategy, cost_model)` under `name`."""
     def register(make: Callable) -> Callable:
-        TUNERS.register(name)(Tuner(make, description, needs_checkpoint, needs_pretrained_xgb))
+        TUNERS.register(name)(Tuner(make, description, needs_checkpoint, needs_pretrained_xgb,
+                                    deepens))
         return make
     return register
 
 
 @_tuner("bo", "ours: BayesOptSearch, the learned model as prior + a GP on its residual, EI",
-        needs_checkpoint=True)
+        needs_checkpoint=True, deepens=True)
 def _bo(inputs: SearchInputs):
     from tuning.search import BayesOptSearch
 
     return BayesOptSearch(inputs.predictor, "prior-gp", inputs.acquisition,
-                          seed=inputs.seed), "random"
+                          max_depth=inputs.max_depth, seed=inputs.seed), "random"
 
 
 @_tuner("bo-evo", "bo whose pool also evolves, each round, two generations from the unmeasured "
         "candidates its posterior ranks fastest (EvolutionarySearch's way of growing a "
-        "population, the GP still correcting the prior)", needs_checkpoint=True)
+        "population, the GP still correcting the prior)", needs_checkpoint=True, deepens=True)
 def _bo_evo(inputs: SearchInputs):
     from tuning.search import BayesOptSearch
 
     return BayesOptSearch(inputs.predictor, "prior-gp", inputs.acquisition, generations=2,
-                          seed=inputs.seed), "random"
+                          max_depth=inputs.max_depth, seed=inputs.seed), "random"
 
 
 @_tuner("bo-mix", "BayesOptSearch, the prior a mixture of the network, its LightGBM and the "
         "pretrained XGBModel, each weighted by how well it ranks this run's measurements, + a "
-        "GP on its residual, EI", needs_checkpoint=True, needs_pretrained_xgb=True)
+        "GP on its residual, EI", needs_checkpoint=True, needs_pretrained_xgb=True,
+        deepens=True)
 def _bo_mix(inputs: SearchInputs):
     from costmodel.store_models import load_xgb
     from tuning.search import BayesOptSearch
 
     xgb = load_xgb(inputs.pretrained_xgb, seed=inputs.seed, threads=inputs.threads)
-    return BayesOptSearch(inputs.predictor, "prior-mix", inputs.acquisition, seed=inputs.seed,
-                          xgb=xgb), "random"
+    return BayesOptSearch(inputs.predictor, "prior-mix", inputs.acquisition,
+                          max_depth=inputs.max_depth, seed=inputs.seed, xgb=xgb), "random"
 
 
 @_tuner("bo-learn", "bo whose prior's XGBModel keeps learning: each round it trains a few more "
         "boosting rounds on the run's measurements, of every task in a network (as "
         "MetaSchedule's XGBModel does), before the blend is recomputed and the GP fitted on "
-        "its residual", needs_checkpoint=True)
+        "its residual", needs_checkpoint=True, deepens=True)
 def _bo_learn(inputs: SearchInputs):
     from tuning.search import BayesOptSearch
 
     return BayesOptSearch(inputs.predictor, "prior-learn", inputs.acquisition,
-                          seed=inputs.seed), "random"
+                          max_depth=inputs.max_depth, seed=inputs.seed), "random"
 
 
 @_tuner("ms-default", "MetaSchedule's default: EvolutionarySearch + XGBModel, which scores at "

@@ -40,6 +40,28 @@ def test_evolve_mutates_a_parent(sampler):
         assert child.trace_hash not in parent_hashes
 
 
+def test_deeper_mutations_reach_past_a_parents_used_up_neighbourhood(sampler):
+    """One mutation of a few parents reaches a few hundred schedules at most; once they are all
+    seen, two or three mutations in a row still find new ones, each a valid, unseen schedule
+    whose parent is one of them, the same for the same seed."""
+    seen: set[str] = set()
+    parents = [c.trace_json for c in sampler.random(2, seed=4, seen=seen)]
+    near: list = []
+    for seed in range(20):  # until one mutation of the parents finds nothing unseen
+        if not (more := sampler.evolve(parents, 64, seed=seed, seen=seen)):
+            break
+        near += more
+    assert near and not more, "the neighbourhood was not used up"
+    far = sampler.evolve(parents, 16, seed=30, seen=set(seen), depth=3)
+    assert len(far) == 16
+    assert not {c.trace_hash for c in far} & seen
+    assert {c.parent_hash for c in far} <= {trace_hash(p) for p in parents}
+    assert [c.trace_hash for c in far] == \
+        [c.trace_hash for c in sampler.evolve(parents, 16, seed=30, seen=set(seen), depth=3)]
+    with pytest.raises(ValueError, match="depth must be at least 1"):
+        sampler.evolve(parents, 1, seed=0, seen=set(), depth=0)
+
+
 def test_stored_trace_replays_to_the_same_program(sampler):
     import tvm
 

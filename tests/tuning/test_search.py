@@ -192,6 +192,20 @@ def test_the_pretrained_xgbmodel_is_named_by_its_model_not_the_blend_weights_it_
     assert not same_models(ids(), before)
 
 
+def test_bos_search_depth_is_named_with_its_models():
+    """A run of bo with another `max_depth` searched otherwise: it is not read back as this one,
+    while a tuner that does not mutate bo's way (ms-default) keeps its runs; runs made before
+    the option (depth 1) name none and stay read back."""
+    from tuning.runs import model_ids, models_used, same_models
+
+    deep, plain = model_ids(SearchInputs(max_depth=3)), model_ids(SearchInputs(max_depth=1))
+    assert "search" not in plain and deep["search"]["sha256"] == "3"
+    assert not same_models(models_used("bo", deep), models_used("bo", plain))
+    assert not same_models(models_used("bo-evo", deep), models_used("bo-evo", plain))
+    assert models_used("ms-default", deep) == models_used("ms-default", plain) == {}
+    assert same_models(models_used("bo", plain), {})
+
+
 def test_runs_and_pairs_of_other_models_are_not_read_back(tmp_path):
     import json
 
@@ -400,6 +414,44 @@ def test_generations_evolve_the_pool_from_what_the_posterior_ranks_fastest():
     assert Fixed.fits == 1  # the round's generations share one fit
     with pytest.raises(UserError, match="generations must be at least 0"):
         BayesOptSearch(None, "forest", generations=-1)
+
+
+@pytest.mark.parametrize("max_depth", [1, 3])
+def test_once_the_parents_neighbours_are_all_seen_the_evolved_share_goes_deeper(max_depth):
+    """bo mutates its best measured schedules; their one-mutation neighbourhood is a few hundred
+    schedules, used up in a few rounds while the best stays the same. Then, with `max_depth`,
+    the round's evolved share is two or three mutations from them instead of none."""
+    import types
+
+    from datagen.sampler import ScheduleSampler
+    from datagen.suites import resolve
+    from datagen.tvm_env import make_target
+    from tuning.search import BayesOptSearch, Surrogate
+
+    class Flat(Surrogate):
+        def features(self, cands):
+            return [np.zeros(2) for _ in cands], np.zeros(len(cands))
+
+    (w,) = resolve(["dense/m32_n32_k32"])
+    search = BayesOptSearch(None, "forest", pool_size=16, evolve_fraction=0.5, num_parents=2,
+                            max_depth=max_depth, seed=0)
+    search.context = types.SimpleNamespace(task_name="dense")
+    search.sampler = ScheduleSampler(w.mod, make_target(None))
+    search.surrogate = Flat(None, 0)
+    search.seen, search.pool, search.pool_x, search.pool_prior = set(), [], [], []
+    parents = search.sampler.random(2, seed=1, seen=search.seen)
+    search.measured = [(c, None, 0.0, float(i)) for i, c in enumerate(parents)]
+    search.round = 0
+    for seed in range(20):  # every one-mutation neighbour of the parents seen
+        if not search.sampler.evolve([c.trace_json for c in parents], 64, seed, search.seen):
+            break
+    search._grow_pool()
+    evolved = [c for c in search.pool if c.origin == "evolved"]
+    assert len(search.pool) - len(evolved) == 8
+    assert len(evolved) == (8 if max_depth == 3 else 0)
+    assert {c.parent_hash for c in evolved} <= {c.trace_hash for c in parents}
+    with pytest.raises(UserError, match="max_depth at least 1"):
+        BayesOptSearch(None, "forest", max_depth=0)
 
 
 def test_the_mixture_cost_model_follows_the_part_that_ranks_the_measurements():
