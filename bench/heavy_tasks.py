@@ -25,7 +25,6 @@ at, the re-measured median and spread and the wall time, and per tuner the geome
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -71,16 +70,18 @@ def tune_one(task, target, tuner: str, trials: int, work_dir: str, measurer, inp
     """One run (read back from its `done.json` if it finished with these trials and models)."""
     import shutil
 
+    from datagen.grid import read_json, write_json
     from tuning.runs import model_ids, models_used, same_models
     from tuning.tuner import best_so_far, read_curve, tune_workload
 
     models = models_used(tuner, model_ids(inputs))
     done = os.path.join(work_dir, "done.json")
-    if os.path.exists(done):
-        with open(done) as f:
-            made = json.load(f)
-        if made.get("trials") == trials and same_models(made.get("models"), models):
-            return {**made, "wall_min": made["wall_s"] / 60}
+    try:
+        made = read_json(done)
+    except (OSError, ValueError):  # not finished (or a file no run of this bench wrote)
+        made = {}
+    if made.get("trials") == trials and same_models(made.get("models"), models):
+        return {**made, "wall_min": made["wall_s"] / 60}
     shutil.rmtree(work_dir, ignore_errors=True)
     start = time.perf_counter()
     tune_workload(task.dispatched[0], target, tuner, trials, work_dir, measurer, inputs,
@@ -92,8 +93,7 @@ def tune_one(task, target, tuner: str, trials: int, work_dir: str, measurer, inp
             "found_at": int(np.argmax(curve <= curve[-1])) + 1,
             "best_at_us": {str(n): float(curve[min(n, len(curve)) - 1]) * 1e6
                            for n in (32, 64, 128, 256, trials)}}
-    with open(done, "w") as f:
-        json.dump(made, f)
+    write_json(done, made)  # whole or not at all: a run stopped here is tuned again
     return made
 
 
