@@ -49,21 +49,12 @@ def label(tuner: str, depth: int | None) -> str:
     return tuner if depth is None else f"{tuner}-depth{depth}"
 
 
-def best_record(work_dir: str):
-    """The run's fastest successful record, by its mean in-run measurement."""
+def best_schedule(task, target, work_dir: str):
+    """The run's best schedule as MetaSchedule picks it (the lowest mean in-run measurement)."""
     from tvm.s_tir import meta_schedule as ms
 
-    records = [r for r in ms.database.JSONDatabase(work_dir=work_dir).get_all_tuning_records()
-               if r.run_secs]
-    return min(records, key=lambda r: float(np.mean([float(s) for s in r.run_secs])))
-
-
-def scheduled(record):
-    import tvm
-
-    sch = tvm.s_tir.Schedule(record.workload.mod)
-    record.trace.apply_to_schedule(sch, remove_postproc=False)
-    return sch.mod
+    database = ms.database.JSONDatabase(work_dir=work_dir)
+    return database.query_schedule(task.dispatched[0], target, workload_name="main").mod
 
 
 def tune_one(task, target, tuner: str, trials: int, work_dir: str, measurer, inputs) -> dict:
@@ -81,14 +72,14 @@ def tune_one(task, target, tuner: str, trials: int, work_dir: str, measurer, inp
     except (OSError, ValueError):  # not finished (or a file no run of this bench wrote)
         made = {}
     if made.get("trials") == trials and same_models(made.get("models"), models):
-        return {**made, "wall_min": made["wall_s"] / 60}
+        return made
     shutil.rmtree(work_dir, ignore_errors=True)
     start = time.perf_counter()
     tune_workload(task.dispatched[0], target, tuner, trials, work_dir, measurer, inputs,
                   progress=True, desc=f"{tuner} {task.task_name}")
     curve = best_so_far(next(iter(read_curve(work_dir).values())))
     wall = time.perf_counter() - start
-    made = {"trials": trials, "models": models, "wall_s": wall, "wall_min": wall / 60,
+    made = {"trials": trials, "models": models, "wall_s": wall,
             "in_run_best_us": float(curve[-1]) * 1e6,
             "found_at": int(np.argmax(curve <= curve[-1])) + 1,
             "best_at_us": {str(n): float(curve[min(n, len(curve)) - 1]) * 1e6
@@ -117,7 +108,7 @@ def report(rows: list[dict], names: list[str], args) -> None:
             print(f"  {n:26s} re-measured {run['remeasured_us']:9.1f} us "
                   f"({run['spread_us'][0]:.1f}-{run['spread_us'][1]:.1f}); in run "
                   f"{run['in_run_best_us']:9.1f} at trial {run['found_at']}; "
-                  f"{run['wall_s'] / 60:.1f} min")
+                  f"{run['wall_min']:.1f} min")
     print(f"geometric mean over {len(rows)} (task, seed) of each over {ref}:")
     for n, v in summary["over_reference"].items():
         print(f"  {n:26s} {v:.3f}")
@@ -176,11 +167,12 @@ def main(argv: list[str] | None = None) -> int:
                                             f"seed{seed}-t{args.trials}")
                     made[label(tuner, depth)] = tune_one(task, target, tuner, args.trials,
                                                          work_dir, measurer, inputs)
-                    mods.append(scheduled(best_record(work_dir)))
+                    mods.append(best_schedule(task, target, work_dir))
                 again = measurer.remeasure(mods, args.rounds)
                 for (name, run), rounds in zip(made.items(), again):
                     us = [r.median * 1e6 for r in rounds if r.median]
-                    run.update(remeasured_us=float(np.median(us)), spread_us=[min(us), max(us)])
+                    run.update(remeasured_us=float(np.median(us)), spread_us=[min(us), max(us)],
+                               wall_min=run["wall_s"] / 60)
                 rows.append({"task": task.task_name, "weight": int(task.weight), "seed": seed,
                              "runs": made})
                 report(rows, [label(t, d) for t, d in runs], args)  # after each (task, seed)

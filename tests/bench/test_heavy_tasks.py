@@ -39,7 +39,7 @@ def test_the_summary_of_finished_rows(tmp_path, capsys):
 
     def run(us):
         return {"remeasured_us": us, "spread_us": [us * 0.99, us * 1.02], "in_run_best_us": us,
-                "found_at": 10, "wall_s": 60.0}
+                "found_at": 10, "wall_s": 60.0, "wall_min": 1.0}
 
     rows = [{"task": "a", "weight": 12, "seed": 0,
              "runs": {"bo-depth1": run(110.0), "ms-default": run(100.0)}},
