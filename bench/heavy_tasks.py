@@ -11,7 +11,9 @@ time goes, in minutes a run.
 
 bo (and any tuner built on its search) runs once per value of `--bo-depths`
 (`SearchInputs.max_depth`: how many mutations in a row its new candidates may be from its best
-measured schedules once their one-mutation neighbours are all seen; 1 is bo as `tune` runs it).
+measured schedules once their one-mutation neighbours are all seen; 1 is bo as `tune` runs it)
+and of `--bo-parent-shares` (`SearchInputs.parent_share`: the share of its measured schedules,
+the fastest, whose mutations it draws, at least its 8 best; 0 is bo as `tune` runs it).
 A finished run keeps its database and `done.json` under OUT/runs (not committed) and is read
 back; OUT/summary.json holds, per task, seed and tuner, the in-run best, the trial it came
 at, the re-measured median and spread and the wall time, and per tuner the geometric mean over
@@ -25,7 +27,6 @@ at, the re-measured median and spread and the wall time, and per tuner the geome
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -45,8 +46,12 @@ def heaviest(mod, target, count: int) -> list:
                   )[:count]
 
 
-def label(tuner: str, depth: int | None) -> str:
-    return tuner if depth is None else f"{tuner}-depth{depth}"
+def label(tuner: str, search: tuple | None) -> str:
+    """A run's name: the tuner, and for bo's kind its (depth, parent share)."""
+    if search is None:
+        return tuner
+    depth, share = search
+    return f"{tuner}-depth{depth}" + (f"-parents{share:g}" if share else "")
 
 
 def best_schedule(task, target, work_dir: str):
@@ -61,6 +66,7 @@ def tune_one(task, target, tuner: str, trials: int, work_dir: str, measurer, inp
     """One run (read back from its `done.json` if it finished with these trials and models)."""
     import shutil
 
+    from datagen.errors import UserError
     from datagen.grid import read_json, write_json
     from tuning.runs import model_ids, models_used, same_models
     from tuning.tuner import best_so_far, read_curve, tune_workload
@@ -77,8 +83,11 @@ def tune_one(task, target, tuner: str, trials: int, work_dir: str, measurer, inp
     start = time.perf_counter()
     tune_workload(task.dispatched[0], target, tuner, trials, work_dir, measurer, inputs,
                   progress=True, desc=f"{tuner} {task.task_name}")
-    curve = best_so_far(next(iter(read_curve(work_dir).values())))
+    curve = best_so_far(next(iter(read_curve(work_dir).values()), []))
     wall = time.perf_counter() - start
+    if not len(curve) or not np.isfinite(curve[-1]):
+        raise UserError(f"{tuner} found no schedule of {task.task_name} that built and ran in "
+                        f"{trials} trials (its records: {work_dir}); nothing to compare")
     made = {"trials": trials, "models": models, "wall_s": wall,
             "in_run_best_us": float(curve[-1]) * 1e6,
             "found_at": int(np.argmax(curve <= curve[-1])) + 1,
@@ -88,13 +97,10 @@ def tune_one(task, target, tuner: str, trials: int, work_dir: str, measurer, inp
     return made
 
 
-def geomean(values) -> float:
-    return float(math.exp(np.mean(np.log(values))))
-
-
 def report(rows: list[dict], names: list[str], args) -> None:
     """Write OUT/summary.json from the finished (task, seed) rows and print them."""
     from datagen.grid import write_json
+    from tuning.report import geomean
 
     ref = args.reference if args.reference in names else names[0]
     summary = {"network": args.network, "trials": args.trials, "rounds": args.rounds,
@@ -123,13 +129,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tuners", nargs="+", default=["bo", "ms-xgb-pretrained",
                                                         "ms-default"])
     parser.add_argument("--bo-depths", type=int, nargs="+", default=[1, 3])
+    parser.add_argument("--bo-parent-shares", type=float, nargs="+", default=[0.0])
     parser.add_argument("--reference", default="ms-xgb-pretrained")
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--out", default="bench/results/heavy-tasks")
     args = parser.parse_args(argv)
-    if min(args.bo_depths) < 1 or args.tasks < 1 or args.trials < 8 or args.rounds < 1:
+    if min(args.bo_depths) < 1 or args.tasks < 1 or args.trials < 8 or args.rounds < 1 or \
+            not all(0 <= share <= 1 for share in args.bo_parent_shares):
         raise SystemExit("error: --bo-depths and --tasks must be at least 1, --trials at "
-                         "least 8 (a round) and --rounds at least 1")
+                         "least 8 (a round), --rounds at least 1 and --bo-parent-shares "
+                         "from 0 to 1")
 
     import network_tuning  # a sibling script
 
@@ -151,21 +160,23 @@ def main(argv: list[str] | None = None) -> int:
                               os.path.join(args.out, "cache"))
     mod, _ = network_tuning.export(args.network, target)
     tasks = heaviest(mod, target, args.tasks)
-    runs = [(tuner, depth) for tuner in args.tuners
-            for depth in (args.bo_depths if TUNERS.get(tuner).deepens else [None])]
+    bo_searches = [(d, share) for d in args.bo_depths for share in args.bo_parent_shares]
+    runs = [(tuner, search) for tuner in args.tuners
+            for search in (bo_searches if TUNERS.get(tuner).deepens else [None])]
     measurer = Measurer(target)
     rows = []
     try:
         for task in tasks:
             for seed in args.seeds:
                 made, mods = {}, []
-                for tuner, depth in runs:
-                    inputs = SearchInputs(predictor, seed=seed, pretrained_xgb=xgb,
-                                          **({} if depth is None else {"max_depth": depth}))
+                for tuner, search in runs:
+                    inputs = SearchInputs(predictor, seed=seed, pretrained_xgb=xgb, **(
+                        {} if search is None else dict(zip(("max_depth", "parent_share"),
+                                                           search))))
                     work_dir = os.path.join(args.out, "runs", args.network, task.task_name,
-                                            label(tuner, depth),
+                                            label(tuner, search),
                                             f"seed{seed}-t{args.trials}")
-                    made[label(tuner, depth)] = tune_one(task, target, tuner, args.trials,
+                    made[label(tuner, search)] = tune_one(task, target, tuner, args.trials,
                                                          work_dir, measurer, inputs)
                     mods.append(best_schedule(task, target, work_dir))
                 again = measurer.remeasure(mods, args.rounds)
@@ -175,7 +186,9 @@ def main(argv: list[str] | None = None) -> int:
                                wall_min=run["wall_s"] / 60)
                 rows.append({"task": task.task_name, "weight": int(task.weight), "seed": seed,
                              "runs": made})
-                report(rows, [label(t, d) for t, d in runs], args)  # after each (task, seed)
+                report(rows, [label(*run) for run in runs], args)  # after each (task, seed)
+    except UserError as err:  # the runs finished before it are kept and read back next time
+        raise SystemExit(f"error: {err}") from None
     finally:
         measurer.close()
     return 0

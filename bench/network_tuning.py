@@ -158,14 +158,12 @@ def run_pair(name: str, seed: int, per_task: int, tuners, grid, target, measurer
         "rounds": rounds, "latency": measure_interleaved(executables, arrays, target, rounds)})
 
 
-def _geomean(values) -> float:
-    return float(np.exp(np.mean(np.log(values))))
-
-
 def paired(pairs: list[dict], ours: str, base: str, per_task: int, seed: int = 0) -> dict:
     """`ours` against `base` over the (network, seed) pairs at one budget: per pair the median
     of the per-round latency ratios, wins / ties / losses, and their geometric mean with a
     paired bootstrap 95% interval (pairs resampled)."""
+    from tuning.report import geomean
+
     ratios = [float(np.median(np.asarray(p["latency"][ours]) / np.asarray(p["latency"][base])))
               for p in pairs if p["per_task"] == per_task and ours in p["latency"]
               and base in p["latency"]]
@@ -175,7 +173,7 @@ def paired(pairs: list[dict], ours: str, base: str, per_task: int, seed: int = 0
     logs = np.log(ratios)
     boot = np.exp(rng.choice(logs, (BOOTSTRAP_SAMPLES, len(logs))).mean(axis=1))
     return {"ours": ours, "baseline": base, "per_task": per_task, "n": len(ratios),
-            "ratios": ratios, "geomean_ratio": _geomean(ratios),
+            "ratios": ratios, "geomean_ratio": geomean(ratios),
             "ci95": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))],
             "wins": sum(r < 1 - TIE for r in ratios), "losses": sum(r > 1 + TIE for r in ratios),
             "ties": sum(abs(r - 1) <= TIE for r in ratios)}

@@ -39,7 +39,8 @@ def _median(values) -> float:
     return float(np.median(values)) if len(values) else math.inf
 
 
-def _geomean(values) -> float:
+def geomean(values) -> float:
+    """The geometric mean; inf when `values` is empty or holds a non-finite value."""
     values = np.asarray(values, float)
     return float(np.exp(np.mean(np.log(values)))) if len(values) and \
         np.all(np.isfinite(values)) else math.inf
@@ -80,7 +81,7 @@ def summarize(results: dict, remeasured: dict, budgets: list[int], trials: int,
     tuners = list(dict.fromkeys(t for rows in summary["workloads"].values() for t in rows))
     for tuner in tuners:
         rows = [r[tuner] for r in summary["workloads"].values() if tuner in r]
-        geo = {k: _geomean([r[k] for r in rows]) for k in rows[0]
+        geo = {k: geomean([r[k] for r in rows]) for k in rows[0]
                if k.startswith(("best@", "remeasured@"))}
         reach = [r["to_reach"] for r in rows if "to_reach" in r]
         if reach:  # the median over workloads: a workload never reached counts as the worst
@@ -144,7 +145,7 @@ def _pair_summary(ours: str, b_ours: int, base: str, b_base: int, pairs: list[di
            "pairs": pairs, "n": len(pairs),
            "wins": int(np.sum(ratios < 1 - TIE)), "ties": int(np.sum(np.abs(ratios - 1) <= TIE)),
            "losses": int(np.sum(ratios > 1 + TIE)),
-           "geomean_ratio": _geomean(ratios), "ci95": [math.inf, math.inf]}
+           "geomean_ratio": geomean(ratios), "ci95": [math.inf, math.inf]}
     if finite.all() and len(ratios):
         logs = np.log(ratios)
         idx = rng.integers(0, len(logs), (BOOTSTRAP_SAMPLES, len(logs)))

@@ -69,7 +69,8 @@ def model_ids(inputs: SearchInputs) -> dict:
     alone (`model_sha256`): its file beside a checkpoint carries the blend's weights too,
     which bo reads (in the checkpoints' names) and ms-xgb-pretrained does not, so a run of it
     stays read back when the blend is weighted again; runs recorded before are matched by
-    the file. bo's search depth (`SearchInputs.max_depth`) is named too, as `search`."""
+    the file. bo's search depth (`SearchInputs.max_depth`) is named too, as `search`, and its
+    share of parents (`parent_share`) as `parents`."""
     def ident(path, model_only: bool = False):
         with open(path, "rb") as f:
             out = {"file": os.path.basename(path), "sha256": hashlib.sha256(f.read()).hexdigest()}
@@ -95,6 +96,8 @@ def model_ids(inputs: SearchInputs) -> dict:
         ids["pretrained_xgb"] = ident(inputs.pretrained_xgb, model_only=True)
     if inputs.max_depth != 1:  # (runs made before the option searched with 1 and name none)
         ids["search"] = {"file": "max_depth", "sha256": str(inputs.max_depth)}
+    if inputs.parent_share:  # (likewise with none)
+        ids["parents"] = {"file": "parent_share", "sha256": f"{inputs.parent_share:g}"}
     return ids
 
 
@@ -144,7 +147,7 @@ def models_used(tuner: str, models: dict) -> dict:
     return {k: v for k, v in models.items()
             if (k == "checkpoints" and spec.needs_checkpoint) or
             (k == "pretrained_xgb" and spec.needs_pretrained_xgb) or
-            (k == "search" and spec.deepens)}
+            (k in ("search", "parents") and spec.deepens)}
 
 
 def tune_run(mod, target, tuner, trials, wd, measurer, inputs, trials_per_iter, progress,

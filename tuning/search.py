@@ -415,6 +415,9 @@ class BayesOptSearch(PySearchStrategy):
         pool_size: new candidates drawn each round.
         evolve_fraction: share of the new candidates that mutate the best schedules so far.
         num_parents: how many of the best schedules are mutated.
+        parent_share: at least this share of the measured schedules, the fastest, are mutated
+            (MetaSchedule's evolution starts each round from its best fifth measured): more
+            parents, a wider neighbourhood, as the run's measurements grow.
         max_depth: once one mutation of the parents gives fewer than the round's share of
             unseen schedules (their neighbourhood is used up), the rest are two mutations
             from them, then three, up to this many.
@@ -431,8 +434,8 @@ class BayesOptSearch(PySearchStrategy):
 
     def __init__(self, predictor=None, surrogate: str = "prior-gp", acquisition: str = "ei",
                  pool_size: int = 256, evolve_fraction: float = 0.5, num_parents: int = 8,
-                 max_depth: int = 1, generations: int = 0, children: int | None = None,
-                 kappa: float = 1.96, seed: int = 0, xgb=None):
+                 parent_share: float = 0.0, max_depth: int = 1, generations: int = 0,
+                 children: int | None = None, kappa: float = 1.96, seed: int = 0, xgb=None):
         super().__init__()
         self.xgb = xgb
         surrogate_class = SURROGATES.get(surrogate)
@@ -447,9 +450,13 @@ class BayesOptSearch(PySearchStrategy):
         if generations < 0 or (children is not None and children < 1) or max_depth < 1:
             raise UserError(f"generations must be at least 0, children and max_depth at least "
                             f"1, not {generations}, {children} and {max_depth}")
+        if not 0 <= parent_share <= 1:
+            raise UserError(f"parent_share is a share of the measured schedules, from 0 to 1, "
+                            f"not {parent_share}")
         self.config = dict(surrogate=surrogate, acquisition=acquisition, pool_size=pool_size,
                            evolve_fraction=evolve_fraction, num_parents=num_parents,
-                           max_depth=max_depth, generations=generations,
+                           parent_share=parent_share, max_depth=max_depth,
+                           generations=generations,
                            children=children if children is not None else max(1, pool_size // 4),
                            kappa=kappa, seed=seed)
         self.context = None
@@ -502,7 +509,9 @@ class BayesOptSearch(PySearchStrategy):
         n_evolve = int(cfg["pool_size"] * cfg["evolve_fraction"]) if self.measured else 0
         new = self.sampler.random(cfg["pool_size"] - n_evolve, seed, self.seen)
         if n_evolve:
-            best = sorted(self.measured, key=lambda m: m[3])[:cfg["num_parents"]]
+            n_parents = max(cfg["num_parents"],
+                            math.ceil(cfg["parent_share"] * len(self.measured)))
+            best = sorted(self.measured, key=lambda m: m[3])[:n_parents]
             parents = [m[0].trace_json for m in best]
             evolved = self.sampler.evolve(parents, n_evolve, seed + 1, self.seen)
             for depth in range(2, cfg["max_depth"] + 1):  # the parents' neighbours all seen:

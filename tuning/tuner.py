@@ -46,6 +46,7 @@ DEFAULT_TRIALS_PER_ITER = 8
 # one mutation of them finds nothing unseen: 2 or 3 were no faster on ELECTRA-small's heaviest
 # tasks (bench/heavy_tasks.py, bench/README.md), so bo stays at one
 BO_MAX_DEPTH = 1
+BO_PARENT_SHARE = 0.0
 RECORDS_FILE = "database_tuning_record.json"
 WORKLOADS_FILE = "database_workload.json"
 
@@ -82,7 +83,8 @@ class Tuner:
     description: str
     needs_checkpoint: bool
     needs_pretrained_xgb: bool
-    deepens: bool = False  # a BayesOptSearch that mutates its best: SearchInputs.max_depth counts
+    deepens: bool = False  # a BayesOptSearch that mutates its best: SearchInputs.max_depth and
+    # parent_share count
 
 
 # every tuner runs in MetaSchedule's loop with the same builder, runner and batch size
@@ -103,6 +105,8 @@ class SearchInputs:
     network_share: float | None = None  # the predictor's blend weight, when set for the run
     max_depth: int = BO_MAX_DEPTH  # BayesOptSearch's: mutations in a row once its parents'
     # one-mutation neighbours are all seen
+    parent_share: float = BO_PARENT_SHARE  # BayesOptSearch's: the share of its measured
+    # schedules (the fastest; at least its 8 best) whose mutations it draws
 
 
 def _tuner(name: str, description: str, needs_checkpoint: bool = False,
@@ -115,13 +119,19 @@ def _tuner(name: str, description: str, needs_checkpoint: bool = False,
     return register
 
 
+def _mutations(inputs: SearchInputs) -> dict:
+    """BayesOptSearch's options that `SearchInputs` sets: how it mutates, and its seed."""
+    return {"max_depth": inputs.max_depth, "parent_share": inputs.parent_share,
+            "seed": inputs.seed}
+
+
 @_tuner("bo", "ours: BayesOptSearch, the learned model as prior + a GP on its residual, EI",
         needs_checkpoint=True, deepens=True)
 def _bo(inputs: SearchInputs):
     from tuning.search import BayesOptSearch
 
     return BayesOptSearch(inputs.predictor, "prior-gp", inputs.acquisition,
-                          max_depth=inputs.max_depth, seed=inputs.seed), "random"
+                          **_mutations(inputs)), "random"
 
 
 @_tuner("bo-evo", "bo whose pool also evolves, each round, two generations from the unmeasured "
@@ -131,7 +141,7 @@ def _bo_evo(inputs: SearchInputs):
     from tuning.search import BayesOptSearch
 
     return BayesOptSearch(inputs.predictor, "prior-gp", inputs.acquisition, generations=2,
-                          max_depth=inputs.max_depth, seed=inputs.seed), "random"
+                          **_mutations(inputs)), "random"
 
 
 @_tuner("bo-mix", "BayesOptSearch, the prior a mixture of the network, its LightGBM and the "
@@ -144,7 +154,7 @@ def _bo_mix(inputs: SearchInputs):
 
     xgb = load_xgb(inputs.pretrained_xgb, seed=inputs.seed, threads=inputs.threads)
     return BayesOptSearch(inputs.predictor, "prior-mix", inputs.acquisition,
-                          max_depth=inputs.max_depth, seed=inputs.seed, xgb=xgb), "random"
+                          **_mutations(inputs), xgb=xgb), "random"
 
 
 @_tuner("bo-learn", "bo whose prior's XGBModel keeps learning: each round it trains a few more "
@@ -155,7 +165,7 @@ def _bo_learn(inputs: SearchInputs):
     from tuning.search import BayesOptSearch
 
     return BayesOptSearch(inputs.predictor, "prior-learn", inputs.acquisition,
-                          max_depth=inputs.max_depth, seed=inputs.seed), "random"
+                          **_mutations(inputs)), "random"
 
 
 @_tuner("ms-default", "MetaSchedule's default: EvolutionarySearch + XGBModel, which scores at "

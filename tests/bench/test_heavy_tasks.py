@@ -58,6 +58,7 @@ def test_the_summary_of_finished_rows(tmp_path, capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["--bo-depths", "0"], "--bo-depths and --tasks must be at least 1"),
+    (["--bo-parent-shares", "1.5"], "--bo-parent-shares from 0 to 1"),
     (["--network", "nope"], "nope"),
     (["--tuners", "bo", "nope"], "nope"),
 ])
@@ -65,3 +66,29 @@ def test_bad_input_is_one_line_before_anything_runs(tmp_path, args, message):
     done = run_bench("heavy_tasks.py", *args, "--out", str(tmp_path / "out"))
     assert done.returncode != 0 and message in done.stderr
     assert "Traceback" not in done.stderr and not os.path.exists(tmp_path / "out")
+
+
+def test_a_run_with_no_schedule_that_ran_is_one_line_and_not_marked_done(tmp_path):
+    import torch
+    from tvm.s_tir import meta_schedule as ms
+
+    from datagen.errors import UserError
+    from datagen.measure import Measurer
+    from datagen.torch_import import relax_module
+    from datagen.tvm_env import make_target
+    from tuning.tuner import SearchInputs
+
+    bench = bench_module("heavy_tasks.py")
+    target = make_target(None)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32)).eval()
+    with torch.no_grad():
+        mod = relax_module(torch.export.export(model, (torch.randn(4, 16),)), target)
+    task = ms.relax_integration.extract_tasks(mod, target)[0]
+    measurer = Measurer(target, build_timeout=0.001)  # every build killed: no schedule runs
+    try:
+        with pytest.raises(UserError, match="found no schedule of .* that built and ran"):
+            bench.tune_one(task, target, "random", 8, str(tmp_path / "run"), measurer,
+                           SearchInputs())
+    finally:
+        measurer.close()
+    assert not os.path.exists(tmp_path / "run" / "done.json")

@@ -204,6 +204,10 @@ def test_bos_search_depth_is_named_with_its_models():
     assert not same_models(models_used("bo-evo", deep), models_used("bo-evo", plain))
     assert models_used("ms-default", deep) == models_used("ms-default", plain) == {}
     assert same_models(models_used("bo", plain), {})
+    wide = model_ids(SearchInputs(parent_share=0.2))
+    assert "parents" not in plain and wide["parents"]["sha256"] == "0.2"
+    assert not same_models(models_used("bo", wide), models_used("bo", plain))
+    assert models_used("ms-default", wide) == {}
 
 
 def test_runs_and_pairs_of_other_models_are_not_read_back(tmp_path):
@@ -490,3 +494,38 @@ def test_the_mixture_cost_model_follows_the_part_that_ranks_the_measurements():
         kind=types.SimpleNamespace(name="cuda")))
     with pytest.raises(UserError, match="trained for llvm targets, not cuda"):
         model.predict(other, cands[:2])
+
+
+@pytest.mark.parametrize("parent_share", [0.0, 0.5])
+def test_a_share_of_parents_mutates_more_of_the_fastest_measured(parent_share):
+    """bo mutates its `num_parents` fastest measured schedules; with `parent_share` it mutates
+    that share of them instead, the fastest, once the share is more (as MetaSchedule's
+    evolution starts from its best fifth measured)."""
+    import types
+
+    from datagen.sampler import ScheduleSampler
+    from datagen.suites import resolve
+    from datagen.tvm_env import make_target
+    from tuning.search import BayesOptSearch, Surrogate
+
+    class Flat(Surrogate):
+        def features(self, cands):
+            return [np.zeros(2) for _ in cands], np.zeros(len(cands))
+
+    (w,) = resolve(["dense/m32_n32_k32"])
+    search = BayesOptSearch(None, "forest", pool_size=32, evolve_fraction=0.5, num_parents=2,
+                            parent_share=parent_share, seed=0)
+    search.context = types.SimpleNamespace(task_name="dense")
+    search.sampler = ScheduleSampler(w.mod, make_target(None))
+    search.surrogate = Flat(None, 0)
+    search.seen, search.pool, search.pool_x, search.pool_prior = set(), [], [], []
+    measured = search.sampler.random(8, seed=1, seen=search.seen)
+    search.measured = [(c, None, 0.0, float(i)) for i, c in enumerate(measured)]  # fastest first
+    search.round = 0
+    search._grow_pool()
+    parents = {c.parent_hash for c in search.pool if c.origin == "evolved"}
+    fastest = [c.trace_hash for c in measured]
+    assert parents <= set(fastest[:4 if parent_share else 2])
+    assert len(parents) > 2 if parent_share else len(parents) == 2
+    with pytest.raises(UserError, match="parent_share is a share"):
+        BayesOptSearch(None, "forest", parent_share=1.5)
