@@ -13,7 +13,9 @@ bo (and any tuner built on its search) runs once per value of `--bo-depths`
 (`SearchInputs.max_depth`: how many mutations in a row its new candidates may be from its best
 measured schedules once their one-mutation neighbours are all seen; 1 is bo as `tune` runs it)
 and of `--bo-parent-shares` (`SearchInputs.parent_share`: the share of its measured schedules,
-the fastest, whose mutations it draws, at least its 8 best; 0 is bo as `tune` runs it).
+the fastest, whose mutations it draws, at least its 8 best; 0 is bo as `tune` runs it) and
+of `--bo-space-parents` (`SearchInputs.space_parents`: and the fastest this many of each
+design space; 0 is bo as `tune` runs it).
 A finished run keeps its database and `done.json` under OUT/runs (not committed) and is read
 back; OUT/summary.json holds, per task, seed and tuner, the in-run best, the trial it came
 at, the re-measured median and spread and the wall time, and per tuner the geometric mean over
@@ -47,11 +49,12 @@ def heaviest(mod, target, count: int) -> list:
 
 
 def label(tuner: str, search: tuple | None) -> str:
-    """A run's name: the tuner, and for bo's kind its (depth, parent share)."""
+    """A run's name: the tuner, and for bo's kind its (depth, parent share, space parents)."""
     if search is None:
         return tuner
-    depth, share = search
-    return f"{tuner}-depth{depth}" + (f"-parents{share:g}" if share else "")
+    depth, share, per_space = search
+    return f"{tuner}-depth{depth}" + (f"-parents{share:g}" if share else "") + \
+        (f"-spaces{per_space}" if per_space else "")
 
 
 def best_schedule(task, target, work_dir: str):
@@ -130,15 +133,17 @@ def main(argv: list[str] | None = None) -> int:
                                                         "ms-default"])
     parser.add_argument("--bo-depths", type=int, nargs="+", default=[1, 3])
     parser.add_argument("--bo-parent-shares", type=float, nargs="+", default=[0.0])
+    parser.add_argument("--bo-space-parents", type=int, nargs="+", default=[0])
     parser.add_argument("--reference", default="ms-xgb-pretrained")
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--out", default="bench/results/heavy-tasks")
     args = parser.parse_args(argv)
     if min(args.bo_depths) < 1 or args.tasks < 1 or args.trials < 8 or args.rounds < 1 or \
-            not all(0 <= share <= 1 for share in args.bo_parent_shares):
+            not all(0 <= share <= 1 for share in args.bo_parent_shares) or \
+            min(args.bo_space_parents) < 0:
         raise SystemExit("error: --bo-depths and --tasks must be at least 1, --trials at "
-                         "least 8 (a round), --rounds at least 1 and --bo-parent-shares "
-                         "from 0 to 1")
+                         "least 8 (a round), --rounds at least 1, --bo-parent-shares "
+                         "from 0 to 1 and --bo-space-parents at least 0")
 
     import network_tuning  # a sibling script
 
@@ -160,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
                               os.path.join(args.out, "cache"))
     mod, _ = network_tuning.export(args.network, target)
     tasks = heaviest(mod, target, args.tasks)
-    bo_searches = [(d, share) for d in args.bo_depths for share in args.bo_parent_shares]
+    bo_searches = [(d, share, k) for d in args.bo_depths for share in args.bo_parent_shares
+                   for k in args.bo_space_parents]
     runs = [(tuner, search) for tuner in args.tuners
             for search in (bo_searches if TUNERS.get(tuner).deepens else [None])]
     measurer = Measurer(target)
@@ -171,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
                 made, mods = {}, []
                 for tuner, search in runs:
                     inputs = SearchInputs(predictor, seed=seed, pretrained_xgb=xgb, **(
-                        {} if search is None else dict(zip(("max_depth", "parent_share"),
-                                                           search))))
+                        {} if search is None else dict(zip(("max_depth", "parent_share",
+                                                            "space_parents"), search))))
                     work_dir = os.path.join(args.out, "runs", args.network, task.task_name,
                                             label(tuner, search),
                                             f"seed{seed}-t{args.trials}")

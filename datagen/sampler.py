@@ -148,6 +148,8 @@ class Candidate:
         parent_hash: for evolved candidates, the trace hash of the parent.
         mutator: for evolved candidates, the mutator applied.
         sch: the `Schedule` itself (its trace is what a MetaSchedule database stores).
+        space: the index of the design space it was drawn from (an evolved one: its parent's,
+            where the caller named it; mutations keep a schedule in its space), -1 unknown.
     """
 
     mod: object
@@ -157,6 +159,7 @@ class Candidate:
     parent_hash: str = ""
     mutator: str = ""
     sch: object = None
+    space: int = -1
 
 
 def _canonical(obj):
@@ -326,15 +329,16 @@ class ScheduleSampler:
             for _ in range(n * self.max_attempts):
                 i = rng.integers(len(self.spaces))
                 yield (Trace(self.spaces[i].insts, {}), int(rng.integers(1, 2**31 - 1)),
-                       self.prefixes[i]), None
+                       self.prefixes[i]), int(i)
 
-        return self._take(self._finished(attempts()), n, seen, lambda _: {"origin": "random"})
+        return self._take(self._finished(attempts()), n, seen,
+                          lambda i: {"origin": "random", "space": i})
 
     def evolve(self, parents: list[str], n: int, seed: int, seen: set[str],
-               depth: int = 1) -> list[Candidate]:
+               depth: int = 1, spaces: list[int] | None = None) -> list[Candidate]:
         """Up to `n` new schedules, each `depth` mutations in a row from a parent trace (JSON
         text): one mutation reaches a parent's neighbours, more reach past them once those are
-        all seen."""
+        all seen. `spaces`: the parents' design spaces, which their children keep."""
         from tvm.s_tir.meta_schedule import _ffi_api
 
         if not parents or not self.mutators or n <= 0:
@@ -359,4 +363,5 @@ class ScheduleSampler:
 
         return self._take(self._finished(attempts()), n, seen, lambda info: {
             "origin": "evolved", "parent_hash": hashes[info[0]],
-            "mutator": str(info[1]).rsplit(".", 1)[-1]})
+            "mutator": str(info[1]).rsplit(".", 1)[-1],
+            "space": -1 if spaces is None else spaces[info[0]]})

@@ -70,7 +70,7 @@ def model_ids(inputs: SearchInputs) -> dict:
     which bo reads (in the checkpoints' names) and ms-xgb-pretrained does not, so a run of it
     stays read back when the blend is weighted again; runs recorded before are matched by
     the file. bo's search depth (`SearchInputs.max_depth`) is named too, as `search`, and its
-    share of parents (`parent_share`) as `parents`."""
+    share of parents (`parent_share`) as `parents`, its parents per space as `spaces`."""
     def ident(path, model_only: bool = False):
         with open(path, "rb") as f:
             out = {"file": os.path.basename(path), "sha256": hashlib.sha256(f.read()).hexdigest()}
@@ -98,6 +98,8 @@ def model_ids(inputs: SearchInputs) -> dict:
         ids["search"] = {"file": "max_depth", "sha256": str(inputs.max_depth)}
     if inputs.parent_share:  # (likewise with none)
         ids["parents"] = {"file": "parent_share", "sha256": f"{inputs.parent_share:g}"}
+    if inputs.space_parents:
+        ids["spaces"] = {"file": "space_parents", "sha256": str(inputs.space_parents)}
     return ids
 
 
@@ -147,7 +149,7 @@ def models_used(tuner: str, models: dict) -> dict:
     return {k: v for k, v in models.items()
             if (k == "checkpoints" and spec.needs_checkpoint) or
             (k == "pretrained_xgb" and spec.needs_pretrained_xgb) or
-            (k in ("search", "parents") and spec.deepens)}
+            (k in ("search", "parents", "spaces") and spec.deepens)}
 
 
 def tune_run(mod, target, tuner, trials, wd, measurer, inputs, trials_per_iter, progress,

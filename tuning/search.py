@@ -418,6 +418,9 @@ class BayesOptSearch(PySearchStrategy):
         parent_share: at least this share of the measured schedules, the fastest, are mutated
             (MetaSchedule's evolution starts each round from its best fifth measured): more
             parents, a wider neighbourhood, as the run's measurements grow.
+        space_parents: also mutate the fastest this many measured schedules of each design
+            space (mutations keep a schedule in its space, so once the best few share one, the
+            others' neighbourhoods are no longer searched).
         max_depth: once one mutation of the parents gives fewer than the round's share of
             unseen schedules (their neighbourhood is used up), the rest are two mutations
             from them, then three, up to this many.
@@ -434,7 +437,8 @@ class BayesOptSearch(PySearchStrategy):
 
     def __init__(self, predictor=None, surrogate: str = "prior-gp", acquisition: str = "ei",
                  pool_size: int = 256, evolve_fraction: float = 0.5, num_parents: int = 8,
-                 parent_share: float = 0.0, max_depth: int = 1, generations: int = 0,
+                 parent_share: float = 0.0, space_parents: int = 0, max_depth: int = 1,
+                 generations: int = 0,
                  children: int | None = None, kappa: float = 1.96, seed: int = 0, xgb=None):
         super().__init__()
         self.xgb = xgb
@@ -450,12 +454,15 @@ class BayesOptSearch(PySearchStrategy):
         if generations < 0 or (children is not None and children < 1) or max_depth < 1:
             raise UserError(f"generations must be at least 0, children and max_depth at least "
                             f"1, not {generations}, {children} and {max_depth}")
+        if space_parents < 0:
+            raise UserError(f"space_parents must be at least 0, not {space_parents}")
         if not 0 <= parent_share <= 1:
             raise UserError(f"parent_share is a share of the measured schedules, from 0 to 1, "
                             f"not {parent_share}")
         self.config = dict(surrogate=surrogate, acquisition=acquisition, pool_size=pool_size,
                            evolve_fraction=evolve_fraction, num_parents=num_parents,
-                           parent_share=parent_share, max_depth=max_depth,
+                           parent_share=parent_share, space_parents=space_parents,
+                           max_depth=max_depth,
                            generations=generations,
                            children=children if children is not None else max(1, pool_size // 4),
                            kappa=kappa, seed=seed)
@@ -509,28 +516,40 @@ class BayesOptSearch(PySearchStrategy):
         n_evolve = int(cfg["pool_size"] * cfg["evolve_fraction"]) if self.measured else 0
         new = self.sampler.random(cfg["pool_size"] - n_evolve, seed, self.seen)
         if n_evolve:
-            n_parents = max(cfg["num_parents"],
-                            math.ceil(cfg["parent_share"] * len(self.measured)))
-            best = sorted(self.measured, key=lambda m: m[3])[:n_parents]
-            parents = [m[0].trace_json for m in best]
-            evolved = self.sampler.evolve(parents, n_evolve, seed + 1, self.seen)
+            best = self._parents()
+            parents, spaces = [c.trace_json for c in best], [c.space for c in best]
+            evolved = self.sampler.evolve(parents, n_evolve, seed + 1, self.seen, spaces=spaces)
             for depth in range(2, cfg["max_depth"] + 1):  # the parents' neighbours all seen:
                 if len(evolved) >= n_evolve:  # reach past them, as a population's generations do
                     break
                 evolved += self.sampler.evolve(parents, n_evolve - len(evolved),
                                                derive_seed(seed, "depth", depth), self.seen,
-                                               depth=depth)
+                                               depth=depth, spaces=spaces)
             new += evolved
         self._add(new)
         for generation in range(cfg["generations"]):
             if not self.pool:
                 break
             mu, _ = self._posterior()
-            parents = [self.pool[i].trace_json
-                       for i in np.argsort(mu, kind="stable")[:cfg["num_parents"]]]
-            if not self._add(self.sampler.evolve(parents, cfg["children"],
-                                                 seed + 2 + generation, self.seen)):
+            best = [self.pool[i] for i in np.argsort(mu, kind="stable")[:cfg["num_parents"]]]
+            if not self._add(self.sampler.evolve([c.trace_json for c in best], cfg["children"],
+                                                 seed + 2 + generation, self.seen,
+                                                 spaces=[c.space for c in best])):
                 break  # no unseen mutation left
+
+    def _parents(self) -> list:
+        """The measured candidates whose mutations the round draws: the fastest `num_parents`
+        (or `parent_share` of them, if more), and the fastest `space_parents` of each space."""
+        cfg = self.config
+        ranked = [m[0] for m in sorted(self.measured, key=lambda m: m[3])]
+        best = ranked[:max(cfg["num_parents"], math.ceil(cfg["parent_share"] * len(ranked)))]
+        if cfg["space_parents"]:
+            chosen, per_space = {c.trace_hash for c in best}, {}
+            for c in ranked:
+                per_space[c.space] = per_space.get(c.space, 0) + 1
+                if per_space[c.space] <= cfg["space_parents"] and c.trace_hash not in chosen:
+                    best.append(c)
+        return best
 
     def _add(self, cands: list) -> int:
         """Score `cands` with the surrogate and add them to the pool; how many were added."""

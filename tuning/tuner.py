@@ -47,6 +47,7 @@ DEFAULT_TRIALS_PER_ITER = 8
 # tasks (bench/heavy_tasks.py, bench/README.md), so bo stays at one
 BO_MAX_DEPTH = 1
 BO_PARENT_SHARE = 0.0
+BO_SPACE_PARENTS = 0
 RECORDS_FILE = "database_tuning_record.json"
 WORKLOADS_FILE = "database_workload.json"
 
@@ -83,8 +84,8 @@ class Tuner:
     description: str
     needs_checkpoint: bool
     needs_pretrained_xgb: bool
-    deepens: bool = False  # a BayesOptSearch that mutates its best: SearchInputs.max_depth and
-    # parent_share count
+    deepens: bool = False  # a BayesOptSearch that mutates its best: SearchInputs.max_depth,
+    # parent_share and space_parents count
 
 
 # every tuner runs in MetaSchedule's loop with the same builder, runner and batch size
@@ -107,6 +108,8 @@ class SearchInputs:
     # one-mutation neighbours are all seen
     parent_share: float = BO_PARENT_SHARE  # BayesOptSearch's: the share of its measured
     # schedules (the fastest; at least its 8 best) whose mutations it draws
+    space_parents: int = BO_SPACE_PARENTS  # BayesOptSearch's: and the fastest this many of
+    # each design space
 
 
 def _tuner(name: str, description: str, needs_checkpoint: bool = False,
@@ -122,7 +125,7 @@ def _tuner(name: str, description: str, needs_checkpoint: bool = False,
 def _mutations(inputs: SearchInputs) -> dict:
     """BayesOptSearch's options that `SearchInputs` sets: how it mutates, and its seed."""
     return {"max_depth": inputs.max_depth, "parent_share": inputs.parent_share,
-            "seed": inputs.seed}
+            "space_parents": inputs.space_parents, "seed": inputs.seed}
 
 
 @_tuner("bo", "ours: BayesOptSearch, the learned model as prior + a GP on its residual, EI",

@@ -208,6 +208,9 @@ def test_bos_search_depth_is_named_with_its_models():
     assert "parents" not in plain and wide["parents"]["sha256"] == "0.2"
     assert not same_models(models_used("bo", wide), models_used("bo", plain))
     assert models_used("ms-default", wide) == {}
+    spaced = model_ids(SearchInputs(space_parents=2))
+    assert "spaces" not in plain and spaced["spaces"]["sha256"] == "2"
+    assert not same_models(models_used("bo", spaced), models_used("bo", plain))
 
 
 def test_runs_and_pairs_of_other_models_are_not_read_back(tmp_path):
@@ -402,8 +405,8 @@ def test_generations_evolve_the_pool_from_what_the_posterior_ranks_fastest():
     search.measured, search.round = [], 0
     parents_of = []
     evolve = search.sampler.evolve
-    search.sampler.evolve = lambda parents, *rest: parents_of.append(
-        (parents, [c.trace_hash for c in search.pool])) or evolve(parents, *rest)
+    search.sampler.evolve = lambda parents, *rest, **kw: parents_of.append(
+        (parents, [c.trace_hash for c in search.pool])) or evolve(parents, *rest, **kw)
     search._grow_pool()
     assert len(parents_of) == 2 and len(search.pool) == 16 + 4 + 4
     hashes = [c.trace_hash for c in search.pool]
@@ -529,3 +532,47 @@ def test_a_share_of_parents_mutates_more_of_the_fastest_measured(parent_share):
     assert len(parents) > 2 if parent_share else len(parents) == 2
     with pytest.raises(UserError, match="parent_share is a share"):
         BayesOptSearch(None, "forest", parent_share=1.5)
+
+
+def test_the_fastest_of_each_design_space_are_parents_too():
+    """With `space_parents`, bo also mutates the fastest measured schedules of each design
+    space, not only the fastest overall (which may all share one space), and every child keeps
+    its parent's space, as MetaSchedule's mutations do."""
+    import types
+
+    from datagen.sampler import ScheduleSampler
+    from datagen.suites import resolve
+    from datagen.tvm_env import make_target
+    from tuning.search import BayesOptSearch, Surrogate
+
+    class Flat(Surrogate):
+        def features(self, cands):
+            return [np.zeros(2) for _ in cands], np.zeros(len(cands))
+
+    target = make_target(None)
+    (w,) = resolve(["dense/m32_n32_k32"])  # its output cached or not, at two levels: 3 spaces
+    mod = w.mod
+    for per_space in (0, 1):
+        search = BayesOptSearch(None, "forest", pool_size=64, evolve_fraction=0.5,
+                                num_parents=2, space_parents=per_space, seed=0)
+        search.context = types.SimpleNamespace(task_name="dense_add")
+        search.sampler = ScheduleSampler(mod, target)
+        assert len(search.sampler.spaces) > 1
+        search.surrogate = Flat(None, 0)
+        search.seen, search.pool, search.pool_x, search.pool_prior = set(), [], [], []
+        drawn = search.sampler.random(24, seed=1, seen=search.seen)
+        assert {c.space for c in drawn} == set(range(len(search.sampler.spaces)))
+        # the fastest two from one space, the others slower
+        first = drawn[0].space
+        drawn.sort(key=lambda c: c.space != first)
+        search.measured = [(c, None, 0.0, float(i)) for i, c in enumerate(drawn)]
+        search.round = 0
+        search._grow_pool()
+        evolved = [c for c in search.pool if c.origin == "evolved"]
+        parent = {c.trace_hash: c for c in drawn}
+        assert evolved and all(c.space == parent[c.parent_hash].space for c in evolved)
+        spaces = {c.space for c in evolved}
+        assert spaces == ({drawn[0].space} if not per_space
+                          else set(range(len(search.sampler.spaces))))
+    with pytest.raises(UserError, match="space_parents must be at least 0"):
+        BayesOptSearch(None, "forest", space_parents=-1)
