@@ -438,8 +438,8 @@ class BayesOptSearch(PySearchStrategy):
     def __init__(self, predictor=None, surrogate: str = "prior-gp", acquisition: str = "ei",
                  pool_size: int = 256, evolve_fraction: float = 0.5, num_parents: int = 8,
                  parent_share: float = 0.0, space_parents: int = 0, max_depth: int = 1,
-                 generations: int = 0,
-                 children: int | None = None, kappa: float = 1.96, seed: int = 0, xgb=None):
+                 generations: int = 0, children: int | None = None, kappa: float = 1.96,
+                 seed: int = 0, xgb=None):
         super().__init__()
         self.xgb = xgb
         surrogate_class = SURROGATES.get(surrogate)
@@ -462,8 +462,7 @@ class BayesOptSearch(PySearchStrategy):
         self.config = dict(surrogate=surrogate, acquisition=acquisition, pool_size=pool_size,
                            evolve_fraction=evolve_fraction, num_parents=num_parents,
                            parent_share=parent_share, space_parents=space_parents,
-                           max_depth=max_depth,
-                           generations=generations,
+                           max_depth=max_depth, generations=generations,
                            children=children if children is not None else max(1, pool_size // 4),
                            kappa=kappa, seed=seed)
         self.context = None

@@ -46,6 +46,9 @@ DEFAULT_TRIALS_PER_ITER = 8
 # one mutation of them finds nothing unseen: 2 or 3 were no faster on ELECTRA-small's heaviest
 # tasks (bench/heavy_tasks.py, bench/README.md), so bo stays at one
 BO_MAX_DEPTH = 1
+# the share of its measured schedules (the fastest) bo mutates, and how many of the fastest of
+# each design space it mutates besides: a fifth (one seed) and two a space (two seeds) were no
+# faster on the same tasks, so bo mutates its eight fastest alone
 BO_PARENT_SHARE = 0.0
 BO_SPACE_PARENTS = 0
 RECORDS_FILE = "database_tuning_record.json"
