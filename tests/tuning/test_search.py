@@ -423,11 +423,10 @@ def test_generations_evolve_the_pool_from_what_the_posterior_ranks_fastest():
         BayesOptSearch(None, "forest", generations=-1)
 
 
-@pytest.mark.parametrize("max_depth", [1, 3])
-def test_once_the_parents_neighbours_are_all_seen_the_evolved_share_goes_deeper(max_depth):
-    """bo mutates its best measured schedules; their one-mutation neighbourhood is a few hundred
-    schedules, used up in a few rounds while the best stays the same. Then, with `max_depth`,
-    the round's evolved share is two or three mutations from them instead of none."""
+def _bare_search(**options):
+    """A `BayesOptSearch` over dense/m32_n32_k32 (3 design spaces: its output cached or not, at
+    two levels) as MetaSchedule would set it up, with a surrogate that scores every candidate
+    alike, nothing measured yet: its pool grown by hand."""
     import types
 
     from datagen.sampler import ScheduleSampler
@@ -440,15 +439,26 @@ def test_once_the_parents_neighbours_are_all_seen_the_evolved_share_goes_deeper(
             return [np.zeros(2) for _ in cands], np.zeros(len(cands))
 
     (w,) = resolve(["dense/m32_n32_k32"])
-    search = BayesOptSearch(None, "forest", pool_size=16, evolve_fraction=0.5, num_parents=2,
-                            max_depth=max_depth, seed=0)
+    search = BayesOptSearch(None, "forest", evolve_fraction=0.5, num_parents=2, seed=0,
+                            **options)
     search.context = types.SimpleNamespace(task_name="dense")
     search.sampler = ScheduleSampler(w.mod, make_target(None))
     search.surrogate = Flat(None, 0)
     search.seen, search.pool, search.pool_x, search.pool_prior = set(), [], [], []
+    search.round = 0
+    return search
+
+
+@pytest.mark.parametrize("max_depth", [1, 3])
+def test_once_the_parents_neighbours_are_all_seen_the_evolved_share_goes_deeper(max_depth):
+    """bo mutates its best measured schedules; their one-mutation neighbourhood is a few hundred
+    schedules, used up in a few rounds while the best stays the same. Then, with `max_depth`,
+    the round's evolved share is two or three mutations from them instead of none."""
+    from tuning.search import BayesOptSearch
+
+    search = _bare_search(pool_size=16, max_depth=max_depth)
     parents = search.sampler.random(2, seed=1, seen=search.seen)
     search.measured = [(c, None, 0.0, float(i)) for i, c in enumerate(parents)]
-    search.round = 0
     for seed in range(20):  # every one-mutation neighbour of the parents seen
         if not search.sampler.evolve([c.trace_json for c in parents], 64, seed, search.seen):
             break
@@ -504,27 +514,11 @@ def test_a_share_of_parents_mutates_more_of_the_fastest_measured(parent_share):
     """bo mutates its `num_parents` fastest measured schedules; with `parent_share` it mutates
     that share of them instead, the fastest, once the share is more (as MetaSchedule's
     evolution starts from its best fifth measured)."""
-    import types
+    from tuning.search import BayesOptSearch
 
-    from datagen.sampler import ScheduleSampler
-    from datagen.suites import resolve
-    from datagen.tvm_env import make_target
-    from tuning.search import BayesOptSearch, Surrogate
-
-    class Flat(Surrogate):
-        def features(self, cands):
-            return [np.zeros(2) for _ in cands], np.zeros(len(cands))
-
-    (w,) = resolve(["dense/m32_n32_k32"])
-    search = BayesOptSearch(None, "forest", pool_size=32, evolve_fraction=0.5, num_parents=2,
-                            parent_share=parent_share, seed=0)
-    search.context = types.SimpleNamespace(task_name="dense")
-    search.sampler = ScheduleSampler(w.mod, make_target(None))
-    search.surrogate = Flat(None, 0)
-    search.seen, search.pool, search.pool_x, search.pool_prior = set(), [], [], []
+    search = _bare_search(pool_size=32, parent_share=parent_share)
     measured = search.sampler.random(8, seed=1, seen=search.seen)
     search.measured = [(c, None, 0.0, float(i)) for i, c in enumerate(measured)]  # fastest first
-    search.round = 0
     search._grow_pool()
     parents = {c.parent_hash for c in search.pool if c.origin == "evolved"}
     fastest = [c.trace_hash for c in measured]
@@ -538,35 +532,17 @@ def test_the_fastest_of_each_design_space_are_parents_too():
     """With `space_parents`, bo also mutates the fastest measured schedules of each design
     space, not only the fastest overall (which may all share one space), and every child keeps
     its parent's space, as MetaSchedule's mutations do."""
-    import types
+    from tuning.search import BayesOptSearch
 
-    from datagen.sampler import ScheduleSampler
-    from datagen.suites import resolve
-    from datagen.tvm_env import make_target
-    from tuning.search import BayesOptSearch, Surrogate
-
-    class Flat(Surrogate):
-        def features(self, cands):
-            return [np.zeros(2) for _ in cands], np.zeros(len(cands))
-
-    target = make_target(None)
-    (w,) = resolve(["dense/m32_n32_k32"])  # its output cached or not, at two levels: 3 spaces
-    mod = w.mod
     for per_space in (0, 1):
-        search = BayesOptSearch(None, "forest", pool_size=64, evolve_fraction=0.5,
-                                num_parents=2, space_parents=per_space, seed=0)
-        search.context = types.SimpleNamespace(task_name="dense_add")
-        search.sampler = ScheduleSampler(mod, target)
+        search = _bare_search(pool_size=64, space_parents=per_space)
         assert len(search.sampler.spaces) > 1
-        search.surrogate = Flat(None, 0)
-        search.seen, search.pool, search.pool_x, search.pool_prior = set(), [], [], []
         drawn = search.sampler.random(24, seed=1, seen=search.seen)
         assert {c.space for c in drawn} == set(range(len(search.sampler.spaces)))
         # the fastest two from one space, the others slower
         first = drawn[0].space
         drawn.sort(key=lambda c: c.space != first)
         search.measured = [(c, None, 0.0, float(i)) for i, c in enumerate(drawn)]
-        search.round = 0
         search._grow_pool()
         evolved = [c for c in search.pool if c.origin == "evolved"]
         parent = {c.trace_hash: c for c in drawn}
