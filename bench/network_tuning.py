@@ -22,6 +22,13 @@ equal budgets (the median over rounds of the per-round ratio; wins, ties within 
 the geometric mean with a paired bootstrap 95% interval); the smallest budget at which each
 tuner's network is at least as fast as ms-default's at the largest budget; and each tuner's
 search wall time per trial.
+
+With --network-reach B, instead of the pairs: a race per (network, seed) of bo (each of
+--network-ours) at the largest --network-budgets against ms-default at B trials per task (the
+tuning issue's bo at 64 against ms-default at 256), their compiled networks measured
+interleaved as a pair's are, kept in OUT/reach/NETWORK__seedS__bB1-vs-bB.json.xz. bo's run is
+the pair's, read back where its run folder is still on disk. The summary gives per network the
+geometric mean over seeds of bo's ratio to ms-default at B, reached where it is at most 1.
 """
 
 from __future__ import annotations
@@ -43,9 +50,10 @@ TIE = 0.02
 BOOTSTRAP_SAMPLES = 10000
 
 
-def check_networks(names: list[str], budgets: list[int], rounds: int) -> None:
+def check_networks(names: list[str], budgets: list[int], rounds: int,
+                   reach: int | None = None) -> None:
     """Before anything is tuned: the networks are defined, each budget at least one round per
-    task, the rounds positive.
+    task, the reference's budget to reach (if any) above them, the rounds positive.
 
     Raises:
         UserError: one line naming what is wrong.
@@ -60,6 +68,9 @@ def check_networks(names: list[str], budgets: list[int], rounds: int) -> None:
         raise UserError(f"--network-budgets are trials per task, at least one round of "
                         f"{DEFAULT_TRIALS_PER_ITER}, not {bad[0]}: a smaller budget leaves tasks "
                         "untuned")
+    if reach is not None and reach <= max(budgets):
+        raise UserError(f"--network-reach is {REFERENCE}'s budget for ours to reach, above the "
+                        f"largest --network-budgets ({max(budgets)}), not {reach}")
     if rounds < 1:
         raise UserError(f"--rounds must be at least 1, not {rounds}")
 
@@ -128,34 +139,71 @@ def pair_cell(name: str, seed: int, per_task: int) -> str:
     return os.path.join("pairs", f"{name}__seed{seed}__b{per_task}.json.xz")
 
 
+def _network(name: str, target):
+    """Network `name`'s relax module, input arrays and task count, exported once a process
+    (whatever its seeds and budgets)."""
+    from tuning.tuner import task_count
+
+    if name not in _EXPORTED:
+        mod, arrays = export(name, target)
+        _EXPORTED[name] = mod, arrays, task_count(mod, target)
+    return _EXPORTED[name]
+
+
+def _race(name: str, seed: int, entrants: dict, grid, target, measurer, search_inputs,
+          rounds: int) -> dict:
+    """Each entrant (label -> (tuner, trials per task)) tunes network `name` (or is read back
+    from its run folder, shared by every cell that runs that tuner at that budget), then their
+    compiled networks are measured interleaved: the cell's fields but its name."""
+    import dataclasses
+
+    from tvm.s_tir import meta_schedule as ms
+
+    from tuning.tuner import compile_network
+
+    mod, arrays, tasks = _network(name, target)
+    runs, executables = {}, {}
+    for label, (tuner, per_task) in entrants.items():
+        run = os.path.join("runs", name, tuner, f"seed{seed}-b{per_task}")
+        runs[label] = tune(mod, target, tuner, per_task * tasks, grid, run, measurer,
+                           dataclasses.replace(search_inputs, seed=seed))
+        executables[label] = compile_network(
+            ms.database.JSONDatabase(work_dir=grid.path(run)), mod, target)
+    return {"network": name, "seed": seed, "tasks": tasks, "runs": runs, "rounds": rounds,
+            "latency": measure_interleaved(executables, arrays, target, rounds)}
+
+
 def run_pair(name: str, seed: int, per_task: int, tuners, grid, target, measurer,
              search_inputs, rounds: int) -> dict:
     """The pair of (network, seed, budget): every tuner's run, then their compiled networks
     measured interleaved; read back from its cell of `grid` if it finished with these
     tuners."""
-    import dataclasses
-
-    from tvm.s_tir import meta_schedule as ms
-
-    from tuning.tuner import compile_network, task_count
-
     pair = grid.read(pair_cell(name, seed, per_task))
     if pair is not None and set(pair["latency"]) == set(tuners) and pair["rounds"] >= rounds:
         return pair
-    if name not in _EXPORTED:  # once per network, whatever its seeds and budgets
-        mod, arrays = export(name, target)
-        _EXPORTED[name] = mod, arrays, task_count(mod, target)
-    mod, arrays, tasks = _EXPORTED[name]
-    runs, executables = {}, {}
-    for tuner in tuners:
-        run = os.path.join("runs", name, tuner, f"seed{seed}-b{per_task}")
-        runs[tuner] = tune(mod, target, tuner, per_task * tasks, grid, run, measurer,
-                           dataclasses.replace(search_inputs, seed=seed))
-        executables[tuner] = compile_network(
-            ms.database.JSONDatabase(work_dir=grid.path(run)), mod, target)
-    return grid.write(pair_cell(name, seed, per_task), {
-        "network": name, "seed": seed, "per_task": per_task, "tasks": tasks, "runs": runs,
-        "rounds": rounds, "latency": measure_interleaved(executables, arrays, target, rounds)})
+    race = _race(name, seed, {t: (t, per_task) for t in tuners}, grid, target, measurer,
+                 search_inputs, rounds)
+    return grid.write(pair_cell(name, seed, per_task), {**race, "per_task": per_task})
+
+
+def reach_cell(name: str, seed: int, per_task: int, reach: int) -> str:
+    """A finished race of ours at `per_task` against the reference at `reach` trials per task."""
+    return os.path.join("reach", f"{name}__seed{seed}__b{per_task}-vs-b{reach}.json.xz")
+
+
+def run_reach(name: str, seed: int, per_task: int, reach: int, ours, grid, target, measurer,
+              search_inputs, rounds: int) -> dict:
+    """Each of `ours` at `per_task` trials per task against the reference at `reach`
+    (latencies under the tuner's name and `REFERENCE@reach`), measured interleaved; read back
+    from its cell if it finished with these tuners. Ours' runs are the pairs' runs at that
+    budget where they are still on disk."""
+    entrants = {o: (o, per_task) for o in ours} | {f"{REFERENCE}@{reach}": (REFERENCE, reach)}
+    cell = grid.read(reach_cell(name, seed, per_task, reach))
+    if cell is not None and set(cell["latency"]) == set(entrants) and cell["rounds"] >= rounds:
+        return cell
+    race = _race(name, seed, entrants, grid, target, measurer, search_inputs, rounds)
+    return grid.write(reach_cell(name, seed, per_task, reach),
+                      {**race, "per_task": per_task, "reference_per_task": reach})
 
 
 def paired(pairs: list[dict], ours: str, base: str, per_task: int, seed: int = 0) -> dict:
@@ -238,6 +286,31 @@ def summarize(pairs: list[dict], tuners, ours=("bo",)) -> dict:
     return out
 
 
+def summarize_reach(cells: list[dict]) -> list[dict]:
+    """Per network, budget pair and each of ours: per seed the median over rounds of the
+    per-round ratio of ours to the reference at its larger budget, their geometric mean, and
+    whether ours reached it (the mean at most 1)."""
+    from tuning.report import geomean
+
+    out = []
+    for name in sorted({c["network"] for c in cells}):
+        mine = [c for c in cells if c["network"] == name]
+        for per_task, reach in sorted({(c["per_task"], c["reference_per_task"]) for c in mine}):
+            at = sorted((c for c in mine if (c["per_task"], c["reference_per_task"])
+                         == (per_task, reach)), key=lambda c: c["seed"])
+            ref = f"{REFERENCE}@{reach}"
+            for o in sorted({k for c in at for k in c["latency"] if k != ref}):
+                seeds = [c for c in at if o in c["latency"]]
+                ratios = [float(np.median(np.asarray(c["latency"][o])
+                                          / np.asarray(c["latency"][ref]))) for c in seeds]
+                mean = geomean(ratios)
+                out.append({"network": name, "ours": o, "per_task": per_task,
+                            "reference": REFERENCE, "reference_per_task": reach,
+                            "seeds": [c["seed"] for c in seeds], "ratios": ratios,
+                            "geomean_ratio": mean, "reached": mean <= 1.0})
+    return out
+
+
 def format_summary(summary: dict) -> str:
     """The summary as text: a table per network, then the paired ratios."""
     lines = []
@@ -258,11 +331,26 @@ def format_summary(summary: dict) -> str:
                      f"{p['geomean_ratio']:.3f} (95% interval {p['ci95'][0]:.3f}-"
                      f"{p['ci95'][1]:.3f}) over {p['n']} pair(s); {p['wins']} wins, "
                      f"{p['ties']} ties, {p['losses']} losses")
+    for r in summary.get("reach", []):
+        seeds = ", ".join(f"seed {s} {x:.3f}" for s, x in zip(r["seeds"], r["ratios"]))
+        verdict = "reached" if r["reached"] else \
+            f"not reached ({100 * (r['geomean_ratio'] - 1):.1f}% slower)"
+        lines.append(f"{r['network']}: {r['ours']} at {r['per_task']} trials per task / "
+                     f"{r['reference']} at {r['reference_per_task']}: ratio "
+                     f"{r['geomean_ratio']:.3f} ({seeds}): {verdict}")
     return "\n".join(lines)
 
 
+def _finished(grid, folder: str) -> list[dict]:
+    """The finished cells in `folder` of the part's `Grid`, by name."""
+    path = grid.path(folder)
+    return [grid.read(os.path.join(folder, f)) for f in sorted(os.listdir(path))] \
+        if os.path.isdir(path) else []
+
+
 def networks_part(args, target, measurer) -> dict:
-    """Tune (or read back) every (network, seed, budget) pair and summarise them; writes
+    """Tune (or read back) every (network, seed, budget) pair, or with --network-reach every
+    race of ours against the reference at that budget, and summarise them; writes
     OUT/tuning-networks/summary.json."""
     from datagen.errors import UserError
     from datagen.grid import Grid, write_json
@@ -271,26 +359,36 @@ def networks_part(args, target, measurer) -> dict:
     out = os.path.join(args.out, "tuning-networks")
     grid = Grid(out)
     tuners = list(args.network_tuners)
-    if args.report:
-        folder = grid.path("pairs")
-        pairs = [grid.read(os.path.join("pairs", f)) for f in sorted(os.listdir(folder))] \
-            if os.path.isdir(folder) else []
-    else:
+    pairs = None
+    if not args.report:
         from costmodel.pretrained_xgb import pretrained_xgb_file
 
         predictor = load_predictor(None)  # tune's default for this target, as tune run loads it
         xgb = pretrained_xgb_file(predictor.members[0].path, predictor.meta,
                                   os.path.join(out, "cache"))
         inputs = SearchInputs(predictor, pretrained_xgb=xgb)
-        pairs = [run_pair(name, seed, b, tuners, grid, target, measurer, inputs, args.rounds)
-                 for name in args.networks for seed in args.seeds
-                 for b in args.network_budgets]
-    if not pairs:
+        if args.network_reach:
+            for name in args.networks:
+                for seed in args.seeds:
+                    run_reach(name, seed, max(args.network_budgets), args.network_reach,
+                              args.network_ours, grid, target, measurer, inputs, args.rounds)
+        else:
+            pairs = [run_pair(name, seed, b, tuners, grid, target, measurer, inputs,
+                              args.rounds)
+                     for name in args.networks for seed in args.seeds
+                     for b in args.network_budgets]
+    if pairs is None:  # a report, or races: every pair finished so far
+        pairs = _finished(grid, "pairs")
+    reach = _finished(grid, "reach")
+    if not pairs and not reach:
         raise UserError(f"no finished (network, seed, budget) in {out}/pairs yet")
-    summary = summarize(pairs, tuners, args.network_ours)
+    summary = summarize(pairs, tuners, args.network_ours) if pairs else \
+        {"networks": {}, "paired": []}
+    if reach:
+        summary["reach"] = summarize_reach(reach)
     write_json(os.path.join(out, "summary.json"), summary, indent=1)
-    seeds = sorted({p["seed"] for p in pairs})
-    print(f"== networks: {', '.join(summary['networks'])}, seeds {seeds}, "
-          f"{pairs[0]['rounds']} interleaved rounds ==")
+    cells = pairs + reach
+    print(f"== networks: {', '.join(sorted({c['network'] for c in cells}))}, seeds "
+          f"{sorted({c['seed'] for c in cells})}, {cells[0]['rounds']} interleaved rounds ==")
     print(format_summary(summary))
     return summary

@@ -37,6 +37,9 @@ build the networks; `--report` summarises the finished pairs without it):
     python bench/tuning_vs_metaschedule.py --parts networks --seeds 0 1 2 \
         [--networks poolformer-s12 electra-small] [--network-budgets 16 64]
 
+bo at 64 against ms-default at 256 trials per task, measured interleaved (bo's run read back
+where the pair's is on disk): `--network-budgets 64 --network-reach 256`.
+
 A variant of bo beside them (an ablation in a folder of its own, the others' runs read back):
 `--network-tuners bo bo-learn ms-xgb-pretrained ms-default --network-ours bo-learn bo` pairs
 bo-learn with each other tuner and bo with the baselines.
@@ -272,6 +275,10 @@ def main() -> None:
     parser.add_argument("--network-ours", nargs="+", default=["bo"],
                         help="networks: the tuners the summary pairs with every other tuner "
                         "(default: %(default)s)")
+    parser.add_argument("--network-reach", type=int, metavar="B",
+                        help="networks: instead of the pairs, race each of --network-ours at "
+                        "the largest --network-budgets against ms-default at B trials per task "
+                        "(e.g. 256)")
     parser.add_argument("--rounds", type=int, default=network_tuning.ROUNDS,
                         help="networks: interleaved measurement rounds of the compiled networks")
     parser.add_argument("--parts", nargs="+", default=["shapes", "family", "network"],
@@ -314,7 +321,8 @@ def main() -> None:
                          "(nvidia/nvidia-h100) and run on that GPU's host")
     if "networks" in args.parts and not args.report:
         try:
-            network_tuning.check_networks(args.networks, args.network_budgets, args.rounds)
+            network_tuning.check_networks(args.networks, args.network_budgets, args.rounds,
+                                          args.network_reach)
         except UserError as err:
             raise SystemExit(f"error: {err}") from None
     try:  # a report measures nothing, so it runs anywhere (a GPU part's pairs on a laptop)

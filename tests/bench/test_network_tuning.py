@@ -98,11 +98,65 @@ def test_a_report_reads_the_finished_pairs_and_tunes_nothing(tmp_path):
     assert sorted(os.listdir(tmp_path / "tuning-networks")) == ["pairs", "summary.json"]
 
 
+def race(network, seed, latency_us):
+    """A finished race of bo at 64 against ms-default at 256 trials per task, as
+    `network_tuning.run_reach` writes it: 3 rounds."""
+    cell = pair(network, seed, 64, latency_us)
+    return {**cell, "reference_per_task": 256}
+
+
+RACES = [race("cnn", 0, {"bo": 95, "ms-default@256": 100}),
+         race("cnn", 1, {"bo": 99, "ms-default@256": 100}),
+         race("vit", 0, {"bo": 110, "ms-default@256": 100})]
+
+
+def test_the_race_to_the_reference_at_its_larger_budget():
+    bench = network_tuning()
+    cnn, vit = bench.summarize_reach(RACES)
+    assert (cnn["network"], cnn["ours"], cnn["per_task"], cnn["reference_per_task"]) == \
+        ("cnn", "bo", 64, 256)
+    assert cnn["seeds"] == [0, 1] and cnn["ratios"] == pytest.approx([0.95, 0.99])
+    assert cnn["geomean_ratio"] == pytest.approx(math.sqrt(0.95 * 0.99)) and cnn["reached"]
+    assert vit["ratios"] == pytest.approx([1.1]) and not vit["reached"]
+    text = bench.format_summary({"networks": {}, "paired": [], "reach": [cnn, vit]})
+    assert "cnn: bo at 64 trials per task / ms-default at 256: ratio 0.970" in text
+    assert "seed 0 0.950, seed 1 0.990): reached" in text
+    assert "vit: bo at 64 trials per task / ms-default at 256: ratio 1.100 (seed 0 1.100): " \
+        "not reached (10.0% slower)" in text
+
+
+def test_a_report_reads_the_races_beside_the_pairs(tmp_path):
+    from tuning.runs import write_json
+
+    folder = tmp_path / "tuning-networks"
+    for c in RACES:
+        write_json(str(folder / "reach" / f"{c['network']}__seed{c['seed']}__b64-vs-b256.json.xz"),
+                   c)
+    args = ["--parts", "networks", "--report", "--out", str(tmp_path)]
+    proc = run_bench("tuning_vs_metaschedule.py", *args)  # the races alone, no pair yet
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "cnn: bo at 64 trials per task / ms-default at 256: ratio 0.970" in proc.stdout
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["networks"] == {} and [r["network"] for r in summary["reach"]] == ["cnn", "vit"]
+    for p in PAIRS:
+        write_json(str(folder / "pairs" /
+                       f"{p['network']}__seed{p['seed']}__b{p['per_task']}.json.xz"), p)
+    proc = run_bench("tuning_vs_metaschedule.py", *args, "--network-tuners", "bo", "ms-default")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "bo / ms-default at 64 trials per task: ratio 0.748" in proc.stdout
+    assert "vit: bo at 64 trials per task / ms-default at 256" in proc.stdout
+    summary = json.loads((folder / "summary.json").read_text())
+    assert list(summary["networks"]) == ["cnn"] and len(summary["reach"]) == 2
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--networks", "resnet5"], "unknown network(s) resnet5; see 'datagen networks'"),
     (["--network-budgets", "0"], "--network-budgets are trials per task, at least one round"),
     (["--network-budgets", "4", "16"], "at least one round of 8, not 4: a smaller budget leaves"),
     (["--rounds", "0"], "--rounds must be at least 1, not 0"),
+    (["--network-budgets", "16", "64", "--network-reach", "64"],
+     "--network-reach is ms-default's budget for ours to reach, above the largest "
+     "--network-budgets (64), not 64"),
 ])
 def test_bad_input_of_the_networks_part_is_one_line(tmp_path, extra, message):
     proc = run_bench("tuning_vs_metaschedule.py", "--parts", "networks", "--out", str(tmp_path),
