@@ -154,7 +154,7 @@ def _race(name: str, seed: int, entrants: dict, grid, target, measurer, search_i
           rounds: int) -> dict:
     """Each entrant (label -> (tuner, trials per task)) tunes network `name` (or is read back
     from its run folder, shared by every cell that runs that tuner at that budget), then their
-    compiled networks are measured interleaved: the cell's fields but its name."""
+    compiled networks are measured interleaved: a cell's fields but its budgets."""
     import dataclasses
 
     from tvm.s_tir import meta_schedule as ms
