@@ -350,8 +350,8 @@ def _finished(grid, folder: str) -> list[dict]:
 
 def networks_part(args, target, measurer) -> dict:
     """Tune (or read back) every (network, seed, budget) pair, or with --network-reach every
-    race of ours against the reference at that budget, and summarise them; writes
-    OUT/tuning-networks/summary.json."""
+    race of ours against the reference at that budget, then summarise every pair and race
+    finished in the folder; writes OUT/tuning-networks/summary.json."""
     from datagen.errors import UserError
     from datagen.grid import Grid, write_json
     from tuning.tuner import SearchInputs, load_predictor
@@ -359,7 +359,6 @@ def networks_part(args, target, measurer) -> dict:
     out = os.path.join(args.out, "tuning-networks")
     grid = Grid(out)
     tuners = list(args.network_tuners)
-    pairs = None
     if not args.report:
         from costmodel.pretrained_xgb import pretrained_xgb_file
 
@@ -367,19 +366,17 @@ def networks_part(args, target, measurer) -> dict:
         xgb = pretrained_xgb_file(predictor.members[0].path, predictor.meta,
                                   os.path.join(out, "cache"))
         inputs = SearchInputs(predictor, pretrained_xgb=xgb)
-        if args.network_reach:
-            for name in args.networks:
-                for seed in args.seeds:
+        for name in args.networks:
+            for seed in args.seeds:
+                if args.network_reach:
                     run_reach(name, seed, max(args.network_budgets), args.network_reach,
                               args.network_ours, grid, target, measurer, inputs, args.rounds)
-        else:
-            pairs = [run_pair(name, seed, b, tuners, grid, target, measurer, inputs,
-                              args.rounds)
-                     for name in args.networks for seed in args.seeds
-                     for b in args.network_budgets]
-    if pairs is None:  # a report, or races: every pair finished so far
-        pairs = _finished(grid, "pairs")
-    reach = _finished(grid, "reach")
+                else:
+                    for budget in args.network_budgets:
+                        run_pair(name, seed, budget, tuners, grid, target, measurer, inputs,
+                                 args.rounds)
+    # the summary of every pair and race finished in the folder, these and earlier runs'
+    pairs, reach = _finished(grid, "pairs"), _finished(grid, "reach")
     if not pairs and not reach:
         raise UserError(f"no finished (network, seed, budget) in {out}/pairs yet")
     summary = summarize(pairs, tuners, args.network_ours) if pairs else \
