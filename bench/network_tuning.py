@@ -150,17 +150,21 @@ def _network(name: str, target):
     return _EXPORTED[name]
 
 
-def _race(name: str, seed: int, entrants: dict, grid, target, measurer, search_inputs,
-          rounds: int) -> dict:
-    """Each entrant (label -> (tuner, trials per task)) tunes network `name` (or is read back
-    from its run folder, shared by every cell that runs that tuner at that budget), then their
-    compiled networks are measured interleaved: a cell's fields but its budgets."""
+def _race(cell: str, fields: dict, name: str, seed: int, entrants: dict, grid, target,
+          measurer, search_inputs, rounds: int) -> dict:
+    """The cell `cell` of `grid`: each entrant (label -> (tuner, trials per task)) tunes
+    network `name` (or is read back from its run folder, shared by every cell that runs that
+    tuner at that budget), then their compiled networks are measured interleaved, kept with
+    `fields`; read back instead if it finished with these entrants and rounds."""
     import dataclasses
 
     from tvm.s_tir import meta_schedule as ms
 
     from tuning.tuner import compile_network
 
+    made = grid.read(cell)
+    if made is not None and set(made["latency"]) == set(entrants) and made["rounds"] >= rounds:
+        return made
     mod, arrays, tasks = _network(name, target)
     runs, executables = {}, {}
     for label, (tuner, per_task) in entrants.items():
@@ -169,8 +173,9 @@ def _race(name: str, seed: int, entrants: dict, grid, target, measurer, search_i
                            dataclasses.replace(search_inputs, seed=seed))
         executables[label] = compile_network(
             ms.database.JSONDatabase(work_dir=grid.path(run)), mod, target)
-    return {"network": name, "seed": seed, "tasks": tasks, "runs": runs, "rounds": rounds,
-            "latency": measure_interleaved(executables, arrays, target, rounds)}
+    return grid.write(cell, {
+        "network": name, "seed": seed, **fields, "tasks": tasks, "runs": runs, "rounds": rounds,
+        "latency": measure_interleaved(executables, arrays, target, rounds)})
 
 
 def run_pair(name: str, seed: int, per_task: int, tuners, grid, target, measurer,
@@ -178,12 +183,9 @@ def run_pair(name: str, seed: int, per_task: int, tuners, grid, target, measurer
     """The pair of (network, seed, budget): every tuner's run, then their compiled networks
     measured interleaved; read back from its cell of `grid` if it finished with these
     tuners."""
-    pair = grid.read(pair_cell(name, seed, per_task))
-    if pair is not None and set(pair["latency"]) == set(tuners) and pair["rounds"] >= rounds:
-        return pair
-    race = _race(name, seed, {t: (t, per_task) for t in tuners}, grid, target, measurer,
-                 search_inputs, rounds)
-    return grid.write(pair_cell(name, seed, per_task), {**race, "per_task": per_task})
+    return _race(pair_cell(name, seed, per_task), {"per_task": per_task}, name, seed,
+                 {t: (t, per_task) for t in tuners}, grid, target, measurer, search_inputs,
+                 rounds)
 
 
 def reach_cell(name: str, seed: int, per_task: int, reach: int) -> str:
@@ -198,12 +200,9 @@ def run_reach(name: str, seed: int, per_task: int, reach: int, ours, grid, targe
     from its cell if it finished with these tuners. Ours' runs are the pairs' runs at that
     budget where they are still on disk."""
     entrants = {o: (o, per_task) for o in ours} | {f"{REFERENCE}@{reach}": (REFERENCE, reach)}
-    cell = grid.read(reach_cell(name, seed, per_task, reach))
-    if cell is not None and set(cell["latency"]) == set(entrants) and cell["rounds"] >= rounds:
-        return cell
-    race = _race(name, seed, entrants, grid, target, measurer, search_inputs, rounds)
-    return grid.write(reach_cell(name, seed, per_task, reach),
-                      {**race, "per_task": per_task, "reference_per_task": reach})
+    return _race(reach_cell(name, seed, per_task, reach),
+                 {"per_task": per_task, "reference_per_task": reach}, name, seed, entrants,
+                 grid, target, measurer, search_inputs, rounds)
 
 
 def paired(pairs: list[dict], ours: str, base: str, per_task: int, seed: int = 0) -> dict:
