@@ -205,15 +205,20 @@ def run_reach(name: str, seed: int, per_task: int, reach: int, ours, grid, targe
                  grid, target, measurer, search_inputs, rounds)
 
 
+def cell_ratio(cell: dict, ours: str, base: str) -> float:
+    """The median over a finished cell's rounds of the per-round ratio of `ours`' network
+    latency to `base`'s."""
+    return float(np.median(np.asarray(cell["latency"][ours]) / np.asarray(cell["latency"][base])))
+
+
 def paired(pairs: list[dict], ours: str, base: str, per_task: int, seed: int = 0) -> dict:
     """`ours` against `base` over the (network, seed) pairs at one budget: per pair the median
     of the per-round latency ratios, wins / ties / losses, and their geometric mean with a
     paired bootstrap 95% interval (pairs resampled)."""
     from tuning.report import geomean
 
-    ratios = [float(np.median(np.asarray(p["latency"][ours]) / np.asarray(p["latency"][base])))
-              for p in pairs if p["per_task"] == per_task and ours in p["latency"]
-              and base in p["latency"]]
+    ratios = [cell_ratio(p, ours, base) for p in pairs if p["per_task"] == per_task
+              and ours in p["latency"] and base in p["latency"]]
     if not ratios:
         return {}
     rng = np.random.default_rng(seed)
@@ -291,22 +296,22 @@ def summarize_reach(cells: list[dict]) -> list[dict]:
     whether ours reached it (the mean at most 1)."""
     from tuning.report import geomean
 
+    def race(c: dict) -> tuple:
+        return c["network"], c["per_task"], c["reference_per_task"]
+
     out = []
-    for name in sorted({c["network"] for c in cells}):
-        mine = [c for c in cells if c["network"] == name]
-        for per_task, reach in sorted({(c["per_task"], c["reference_per_task"]) for c in mine}):
-            at = sorted((c for c in mine if (c["per_task"], c["reference_per_task"])
-                         == (per_task, reach)), key=lambda c: c["seed"])
-            ref = f"{REFERENCE}@{reach}"
-            for o in sorted({k for c in at for k in c["latency"] if k != ref}):
-                seeds = [c for c in at if o in c["latency"]]
-                ratios = [float(np.median(np.asarray(c["latency"][o])
-                                          / np.asarray(c["latency"][ref]))) for c in seeds]
-                mean = geomean(ratios)
-                out.append({"network": name, "ours": o, "per_task": per_task,
-                            "reference": REFERENCE, "reference_per_task": reach,
-                            "seeds": [c["seed"] for c in seeds], "ratios": ratios,
-                            "geomean_ratio": mean, "reached": mean <= 1.0})
+    for name, per_task, reach in sorted({race(c) for c in cells}):
+        at = sorted((c for c in cells if race(c) == (name, per_task, reach)),
+                    key=lambda c: c["seed"])
+        ref = f"{REFERENCE}@{reach}"
+        for o in sorted({k for c in at for k in c["latency"] if k != ref}):
+            seeds = [c for c in at if o in c["latency"]]
+            ratios = [cell_ratio(c, o, ref) for c in seeds]
+            mean = geomean(ratios)
+            out.append({"network": name, "ours": o, "per_task": per_task,
+                        "reference": REFERENCE, "reference_per_task": reach,
+                        "seeds": [c["seed"] for c in seeds], "ratios": ratios,
+                        "geomean_ratio": mean, "reached": mean <= 1.0})
     return out
 
 
