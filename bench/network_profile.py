@@ -19,6 +19,10 @@ runs (cold: its weights out of the caches; `datagen.measure`'s `cache_flush`),
 the tuners interleaved --alone-rounds times: which of the two orders the tuners as the network
 does.
 
+With --reach B, the profile of a race (part `networks` with --network-reach B) in place of a
+pair's: each tuner's run at --budget against ms-default's at B trials per task
+(default tuners then: bo and ms-default), kept as NETWORK__seedS__bB1-vs-bB.json.xz.
+
 With --finalists K, in place of the profile: a task's in-run best is the lowest of many noisy
 timings, and a search that measures many near-equal candidates keeps a lucky one the more
 often (the winner's curse). Each tuner's K best schedules of every task are timed again (hot,
@@ -30,6 +34,7 @@ part `networks` measures): what re-timing the finalists before one is kept buys 
     python bench/network_profile.py electra-small --seed 0 --budget 16 [--rounds 10] [--alone]
         [--out bench/results]
     python bench/network_profile.py electra-small --seed 0 --budget 64 --finalists 4
+    python bench/network_profile.py electra-small --seed 2 --budget 64 --reach 256
 
 Writes OUT/tuning-networks/profiles/NETWORK__seedS__bB.json.xz (with --finalists K,
 NETWORK__seedS__bB.finalists-kK.json.xz).
@@ -41,7 +46,6 @@ import argparse
 import os
 import shutil
 import sys
-import time
 
 import numpy as np
 
@@ -90,41 +94,11 @@ def timed_alone(databases: dict, tasks, target, rounds: int) -> dict:
 def timed_calls(executables: dict, arrays: list, target, rounds: int) -> dict:
     """Per tuner and round: the seconds each called function took in one inference (summed
     over its calls), its calls, and the whole inference; the tuners interleaved, after one
-    untimed inference each."""
-    import tvm
-    from tvm import relax
-    from tvm.runtime.vm import VMInstrumentReturnKind
+    untimed inference each, in a worker with the runner's threads
+    (`datagen.measure.time_networks`)."""
+    from datagen.measure import time_networks
 
-    dev = tvm.device("cpu" if target.kind.name == "llvm" else target.kind.name, 0)
-    args = [tvm.runtime.tensor(a, dev) for a in arrays]
-    spent: dict[str, float] = {}
-    calls: dict[str, int] = {}
-    stack: list[float] = []
-
-    def instrument(func, symbol, before_run, ret_value, *call_args):
-        if before_run:
-            stack.append(time.perf_counter())
-        else:
-            spent[symbol] = spent.get(symbol, 0.0) + time.perf_counter() - stack.pop()
-            calls[symbol] = calls.get(symbol, 0) + 1
-        return VMInstrumentReturnKind.NO_OP
-
-    vms = {}
-    for tuner, exe in executables.items():
-        vms[tuner] = relax.VirtualMachine(exe, dev)
-        vms[tuner].set_instrument(instrument)
-        vms[tuner]["main"](*args)
-    out: dict = {t: [] for t in executables}
-    for _ in range(rounds):
-        for tuner, vm in vms.items():
-            spent.clear()
-            calls.clear()
-            start = time.perf_counter()
-            vm["main"](*args)
-            dev.sync()
-            out[tuner].append({"total_s": time.perf_counter() - start, "spent_s": dict(spent),
-                               "calls": dict(calls)})
-    return out
+    return time_networks(executables, arrays, target, rounds, per_call=True)
 
 
 def summarize(rounds: dict, bests: dict, alone_again: dict | None = None) -> dict:
@@ -369,22 +343,35 @@ def profile(args) -> None:
     if args.finalists < 0 or args.finalist_rounds < 1:
         raise UserError(f"--finalists must be 0 or more and --finalist-rounds at least 1, not "
                         f"{args.finalists} and {args.finalist_rounds}")
+    if args.reach is not None and args.reach <= args.budget:
+        raise UserError(f"--reach is {network_tuning.REFERENCE}'s budget in the race, above "
+                        f"--budget ({args.budget}), not {args.reach}")
     if args.finalists and args.alone:
         raise UserError("--finalists measures the networks in place of the profile, and "
                         "--alone is part of the profile: give one of them")
     target = make_target(None)
     grid = Grid(os.path.join(args.out, "tuning-networks"))
-    runs = {t: os.path.join("runs", args.network, t, f"seed{args.seed}-b{args.budget}")
-            for t in args.tuners}
+    tuners = args.tuners or (["bo", network_tuning.REFERENCE] if args.reach
+                             else list(network_tuning.TUNERS))
+    budgets = {t: args.budget for t in tuners}
+    if args.reach:
+        budgets[network_tuning.REFERENCE] = args.reach
+    # the reference of a race under its budget's name, as the race's cell names it
+    runs = {t if budgets[t] == args.budget else f"{t}@{budgets[t]}":
+            os.path.join("runs", args.network, t, f"seed{args.seed}-b{budgets[t]}")
+            for t in tuners}
+    tuners = list(runs)
     if missing := [t for t, run in runs.items()
                    if grid.read(os.path.join(run, "done.json")) is None]:
         raise UserError(f"no finished run of {', '.join(missing)} for {args.network} seed "
-                        f"{args.seed} at {args.budget} trials per task in {grid.path('runs')}; "
-                        "run part `networks` of bench/tuning_vs_metaschedule.py first")
+                        f"{args.seed} at {args.budget} trials per task (a name@B: at B) in "
+                        f"{grid.path('runs')}; run part `networks` of "
+                        "bench/tuning_vs_metaschedule.py first")
     mod, arrays = network_tuning.export(args.network, target)
     tasks = ms.relax_integration.extract_tasks(mod, target)
     databases = {t: ms.database.JSONDatabase(work_dir=grid.path(run)) for t, run in runs.items()}
-    name = f"{args.network}__seed{args.seed}__b{args.budget}"
+    name = f"{args.network}__seed{args.seed}__b{args.budget}" \
+        + (f"-vs-b{args.reach}" if args.reach else "")
     if args.finalists:
         result = finalists_networks(databases, tasks, mod, arrays, target, args,
                                     {t: grid.path(run) for t, run in runs.items()})
@@ -399,13 +386,16 @@ def profile(args) -> None:
     calls = timed_calls(executables, arrays, target, args.rounds)
     again = timed_alone(databases, tasks, target, args.alone_rounds) if args.alone else None
     summary = summarize(calls, bests, again)
-    pair = grid.read(network_tuning.pair_cell(args.network, args.seed, args.budget))
+    pair = grid.read(network_tuning.reach_cell(args.network, args.seed, args.budget, args.reach)
+                     if args.reach else
+                     network_tuning.pair_cell(args.network, args.seed, args.budget))
     summary.update(network=args.network, seed=args.seed, per_task=args.budget,
+                   reference_per_task=args.reach,
                    rounds=args.rounds, alone_rounds=args.alone_rounds if args.alone else 0,
                    pair_latency_s=None if pair is None else {
                        t: float(np.median(v)) for t, v in pair["latency"].items()})
     grid.write(os.path.join("profiles", f"{name}.json.xz"), summary)
-    print(format_profile(summary, args.tuners, args.top))
+    print(format_profile(summary, tuners, args.top))
     if summary["pair_latency_s"]:
         print("uninstrumented, from the pair (us):  " + ", ".join(
             f"{t} {v * 1e6:.0f}" for t, v in summary["pair_latency_s"].items()))
@@ -429,7 +419,12 @@ def main(argv: list[str] | None = None) -> int:
                         "tuner again and measure the networks built from the fastest beside "
                         "the tuners' own (0: the profile)")
     parser.add_argument("--finalist-rounds", type=int, default=3)
-    parser.add_argument("--tuners", nargs="+", default=list(network_tuning.TUNERS))
+    parser.add_argument("--reach", type=int, default=None, metavar="B",
+                        help=f"profile the race against {network_tuning.REFERENCE} at B trials "
+                        "per task (part `networks` with --network-reach B) in place of the pair")
+    parser.add_argument("--tuners", nargs="+", default=None,
+                        help=f"default: {' '.join(network_tuning.TUNERS)} (with --reach: bo "
+                        f"{network_tuning.REFERENCE})")
     parser.add_argument("--top", type=int, default=15, help="kernels to print")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     return run_command("network_profile.py", profile, parser.parse_args(argv))

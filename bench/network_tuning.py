@@ -14,7 +14,8 @@ file (its trials and search wall time) under OUT/runs and is read back, so the p
 
 When a (network, seed, budget)'s tuners have all run, each tuner's network is compiled with its
 database (`compile_network`) and the compiled networks are measured interleaved, --rounds
-rounds of A B C (each one `time_evaluator` call of the relax VM), and kept in
+rounds of A B C (each one `time_evaluator` call of the relax VM, in a worker process with the
+runner's threads: `datagen.measure.time_networks`), and kept in
 OUT/pairs/NETWORK__seedS__bB.json.xz (small, kept in git: a fresh clone summarises them
 without tuning again). The summary (`summarize`), per network: each tuner's median latency
 over seeds at each budget; bo's paired ratios to each baseline over (network, seed) pairs at
@@ -115,23 +116,15 @@ def tune(mod, target, tuner: str, trials: int, grid, run: str, measurer, inputs)
                              "models": models, "device": measurer.device})
 
 
-def measure_interleaved(executables: dict, arrays: list, target, rounds: int) -> dict:
+def measure_interleaved(executables: dict, arrays: list, target, rounds: int,
+                        num_threads: int | None = None) -> dict:
     """Seconds per inference of each compiled network, `rounds` rounds of one measurement of
-    each in turn (so every round's networks share the machine's state)."""
-    import tvm
-    from tvm import relax
+    each in turn (so every round's networks share the machine's state), in a worker with
+    `num_threads` runtime threads (default: the runner's), as the tuners' runs timed each
+    task (`datagen.measure.time_networks`)."""
+    from datagen.measure import time_networks
 
-    dev = tvm.device("cpu" if target.kind.name == "llvm" else target.kind.name, 0)
-    args = [tvm.runtime.tensor(a, dev) for a in arrays]
-    timers = {}
-    for tuner, exe in executables.items():
-        vm = relax.VirtualMachine(exe, dev)
-        timers[tuner] = vm.time_evaluator("main", dev, number=1, repeat=3, min_repeat_ms=100)
-    out = {t: [] for t in executables}
-    for _ in range(rounds):
-        for tuner, timer in timers.items():
-            out[tuner].append(float(np.median(timer(*args).results)))
-    return out
+    return time_networks(executables, arrays, target, rounds, num_threads=num_threads)
 
 
 def pair_cell(name: str, seed: int, per_task: int) -> str:
@@ -163,7 +156,10 @@ def _race(cell: str, fields: dict, name: str, seed: int, entrants: dict, grid, t
     from tuning.tuner import compile_network
 
     made = grid.read(cell)
-    if made is not None and set(made["latency"]) == set(entrants) and made["rounds"] >= rounds:
+    # a cell without "threads" timed its networks with the TVM runtime's default threads in
+    # this process (half the cores of an x86 host), not the runner's: timed again
+    if made is not None and set(made["latency"]) == set(entrants) \
+            and made["rounds"] >= rounds and made.get("threads") == measurer.num_threads:
         return made
     mod, arrays, tasks = _network(name, target)
     runs, executables = {}, {}
@@ -175,7 +171,9 @@ def _race(cell: str, fields: dict, name: str, seed: int, entrants: dict, grid, t
             ms.database.JSONDatabase(work_dir=grid.path(run)), mod, target)
     return grid.write(cell, {
         "network": name, "seed": seed, **fields, "tasks": tasks, "runs": runs, "rounds": rounds,
-        "latency": measure_interleaved(executables, arrays, target, rounds)})
+        "threads": measurer.num_threads,
+        "latency": measure_interleaved(executables, arrays, target, rounds,
+                                       measurer.num_threads)})
 
 
 def run_pair(name: str, seed: int, per_task: int, tuners, grid, target, measurer,
@@ -217,8 +215,9 @@ def paired(pairs: list[dict], ours: str, base: str, per_task: int, seed: int = 0
     paired bootstrap 95% interval (pairs resampled)."""
     from tuning.report import geomean
 
-    ratios = [cell_ratio(p, ours, base) for p in pairs if p["per_task"] == per_task
-              and ours in p["latency"] and base in p["latency"]]
+    used = [p for p in pairs if p["per_task"] == per_task
+            and ours in p["latency"] and base in p["latency"]]
+    ratios = [cell_ratio(p, ours, base) for p in used]
     if not ratios:
         return {}
     rng = np.random.default_rng(seed)
@@ -228,7 +227,10 @@ def paired(pairs: list[dict], ours: str, base: str, per_task: int, seed: int = 0
             "ratios": ratios, "geomean_ratio": geomean(ratios),
             "ci95": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))],
             "wins": sum(r < 1 - TIE for r in ratios), "losses": sum(r > 1 + TIE for r in ratios),
-            "ties": sum(abs(r - 1) <= TIE for r in ratios)}
+            "ties": sum(abs(r - 1) <= TIE for r in ratios),
+            # pairs whose networks were timed with the runner's threads (the others: with the
+            # TVM runtime's default in the bench's process, one thread on a 2-core host)
+            "runner_threads": sum("threads" in p for p in used)}
 
 
 def _median_us(pairs: list[dict], tuner: str, per_task: int) -> float | None:
@@ -311,7 +313,8 @@ def summarize_reach(cells: list[dict]) -> list[dict]:
             out.append({"network": name, "ours": o, "per_task": per_task,
                         "reference": REFERENCE, "reference_per_task": reach,
                         "seeds": [c["seed"] for c in seeds], "ratios": ratios,
-                        "geomean_ratio": mean, "reached": mean <= 1.0})
+                        "geomean_ratio": mean, "reached": mean <= 1.0,
+                        "runner_threads": sum("threads" in c for c in seeds)})
     return out
 
 
@@ -334,15 +337,22 @@ def format_summary(summary: dict) -> str:
         lines.append(f"{p['ours']} / {p['baseline']} at {p['per_task']} trials per task: ratio "
                      f"{p['geomean_ratio']:.3f} (95% interval {p['ci95'][0]:.3f}-"
                      f"{p['ci95'][1]:.3f}) over {p['n']} pair(s); {p['wins']} wins, "
-                     f"{p['ties']} ties, {p['losses']} losses")
+                     f"{p['ties']} ties, {p['losses']} losses" + _threads_note(p))
     for r in summary.get("reach", []):
         seeds = ", ".join(f"seed {s} {x:.3f}" for s, x in zip(r["seeds"], r["ratios"]))
         verdict = "reached" if r["reached"] else \
             f"not reached ({100 * (r['geomean_ratio'] - 1):.1f}% slower)"
         lines.append(f"{r['network']}: {r['ours']} at {r['per_task']} trials per task / "
                      f"{r['reference']} at {r['reference_per_task']}: ratio "
-                     f"{r['geomean_ratio']:.3f} ({seeds}): {verdict}")
+                     f"{r['geomean_ratio']:.3f} ({seeds}): {verdict}" + _threads_note(r))
     return "\n".join(lines)
+
+
+def _threads_note(stats: dict) -> str:
+    """How many of a summary row's cells timed their networks with the runner's threads, where
+    not all: the others with the TVM runtime's default in the bench's own process."""
+    n, timed = len(stats["ratios"]), stats.get("runner_threads", 0)
+    return "" if timed == n else f" [{timed} of {n} timed with the runner's threads]"
 
 
 def _finished(grid, folder: str) -> list[dict]:

@@ -173,11 +173,11 @@ def part(name, workloads, checkpoint, args, target, measurer) -> None:
 def end_to_end(args, target, measurer) -> None:
     import numpy as np
     import torch
-    import tvm
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
     from datagen.grid import Grid, write_json
+    from datagen.measure import time_networks
     from datagen.torch_import import relax_module
     from datagen.tvm_env import target_json
     from tuning.tuner import SearchInputs, compile_network, load_predictor, tune_network
@@ -197,13 +197,11 @@ def end_to_end(args, target, measurer) -> None:
     x = torch.randn(1, 3, 32, 32)
     mod = relax_module(torch.export.export(SmallCNN().eval(), (x,)), target)
     predictor = load_predictor(None)
-    dev = tvm.device("cpu" if target.kind.name == "llvm" else target.kind.name, 0)
 
-    def latency(exe) -> float:
-        vm = relax.VirtualMachine(exe, dev)
-        inp = tvm.runtime.tensor(x.numpy(), dev)
-        timer = vm.time_evaluator("main", dev, number=10, repeat=5, min_repeat_ms=50)
-        return float(np.median(timer(inp).results))
+    def latency(exe) -> float:  # timed with the runner's threads, as the tasks were
+        return time_networks({"network": exe}, [x.numpy()], target, 1, protocol={
+            "number": 10, "repeat": 5, "min_repeat_ms": 50},
+            num_threads=measurer.num_threads)["network"][0]
 
     out = os.path.join(args.out, "tuning-network")
     # a run tuned with another budget or target is refused, not read back

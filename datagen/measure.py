@@ -567,3 +567,117 @@ class Measurer:
             pool.shutdown(wait=False)
         if self.kernel_cache:
             shutil.rmtree(self.kernel_cache, ignore_errors=True)
+
+
+NETWORK_PROTOCOL = {"number": 1, "repeat": 3, "min_repeat_ms": 100}  # one `time_networks` round
+NETWORK_TIMEOUT_SEC = 3600.0
+
+
+def time_networks(executables: dict, inputs: list, target, rounds: int,
+                  protocol: dict | None = None, per_call: bool = False,
+                  num_threads: int | None = None,
+                  timeout_sec: float = NETWORK_TIMEOUT_SEC) -> dict:
+    """Time compiled relax networks on this host as the runner times a task's programs: in a
+    worker process of their own, with the runner's threads (`num_threads`, default
+    `default_num_threads()`: every core we may use, where the TVM runtime by itself takes half
+    the cores of an x86 host), nothing else of this process (a model, a compiler) beside them.
+
+    Args:
+        executables: name -> relax `VMExecutable` (exported to shared libraries the worker
+            loads), all run on the same `inputs` (numpy arrays).
+        target: the target they were built for (its device runs them).
+        rounds: rounds of one timing of each network in turn (so every round's networks share
+            the machine's state), after one untimed inference of each.
+        protocol: one timing: number / repeat / min_repeat_ms of the VM's `time_evaluator`,
+            its median repeat kept (default `NETWORK_PROTOCOL`).
+        per_call: in place of `time_evaluator`, one inference a timing with the VM's
+            instrument timing every call: per round {"total_s", "spent_s": function -> seconds
+            summed over its calls, "calls": function -> calls}.
+        num_threads, timeout_sec: the worker's runtime threads; a limit on the whole job.
+
+    Returns:
+        name -> per round, seconds per inference (with `per_call`, the dict above).
+
+    Raises:
+        RuntimeError: the worker failed or ran past `timeout_sec` (its message).
+    """
+    from datagen.fork_pool import OK, ForkPool
+    from datagen.tvm_env import default_num_threads
+
+    num_threads = num_threads or default_num_threads()
+    folder = tempfile.mkdtemp(prefix="datagen-networks-")
+    try:
+        libraries = {}
+        for i, (name, exe) in enumerate(executables.items()):
+            libraries[name] = os.path.join(folder, f"network{i}.so")
+            exe.export_library(libraries[name])
+        pool = ForkPool(1, timeout_sec, _init_runner, (num_threads,), max_uses=None,
+                        start=False)
+        try:
+            ((status, value),) = pool.map(_time_networks_job, [(
+                libraries, list(inputs), "cpu" if target.kind.name == "llvm" else
+                target.kind.name, rounds, {**NETWORK_PROTOCOL, **(protocol or {})}, per_call,
+                num_threads)])
+        finally:
+            pool.shutdown()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if status != OK:
+        raise RuntimeError(f"timing the networks failed ({status}): {value}")
+    return value
+
+
+def _time_networks_job(libraries: dict, inputs: list, device_type: str, rounds: int,
+                       protocol: dict, per_call: bool, num_threads: int) -> dict:
+    """`time_networks`' work, in its worker."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+    from tvm.runtime.vm import VMInstrumentReturnKind
+
+    if device_type == "cpu" and (threads := tvm.get_global_func("runtime.NumThreads")()) \
+            != num_threads:
+        raise RuntimeError(f"the TVM runtime here has {threads} runtime threads, not the "
+                           f"{num_threads} asked for (TVM_NUM_THREADS is read before its "
+                           "thread pool starts)")
+    dev = tvm.device(device_type, 0)
+    args = [tvm.runtime.tensor(a, dev) for a in inputs]
+    vms = {name: relax.VirtualMachine(tvm.runtime.load_module(path), dev)
+           for name, path in libraries.items()}
+    out: dict = {name: [] for name in vms}
+    if not per_call:
+        timers = {name: vm.time_evaluator("main", dev, number=protocol["number"],
+                                          repeat=protocol["repeat"],
+                                          min_repeat_ms=protocol["min_repeat_ms"])
+                  for name, vm in vms.items()}
+        for vm in vms.values():
+            vm["main"](*args)
+        for _ in range(rounds):
+            for name, timer in timers.items():
+                out[name].append(float(np.median(timer(*args).results)))
+        return out
+    spent: dict[str, float] = {}
+    calls: dict[str, int] = {}
+    stack: list[float] = []
+
+    def instrument(func, symbol, before_run, ret_value, *call_args):
+        if before_run:
+            stack.append(time.perf_counter())
+        else:
+            spent[symbol] = spent.get(symbol, 0.0) + time.perf_counter() - stack.pop()
+            calls[symbol] = calls.get(symbol, 0) + 1
+        return VMInstrumentReturnKind.NO_OP
+
+    for vm in vms.values():
+        vm.set_instrument(instrument)
+        vm["main"](*args)
+    for _ in range(rounds):
+        for name, vm in vms.items():
+            spent.clear()
+            calls.clear()
+            start = time.perf_counter()
+            vm["main"](*args)
+            dev.sync()
+            out[name].append({"total_s": time.perf_counter() - start, "spent_s": dict(spent),
+                              "calls": dict(calls)})
+    return out

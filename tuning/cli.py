@@ -187,10 +187,13 @@ def _run_torch(args, target, measurer, inputs) -> int:
             raise OSError(errno.ENOSPC, f"{err.__class__.__name__} while writing, and a test "
                           f"write fails there too; the tuning database in {wd} is whole") \
                 from None
+    threads = f" and TVM_NUM_THREADS={measurer.num_threads} set, the runtime threads its " \
+        "schedules were timed with" if target.kind.name == "llvm" and measurer.tracker is None \
+        else ""
     print(f"{args.torch_model}: {sum(len(c) for c in curves.values())} trials over "
           f"{len(curves)} tasks; database in {wd}, the tuned network in {library} (run it "
           "with tvm.relax.VirtualMachine(tvm.runtime.load_module(path), "
-          f"tvm.device({'cpu' if target.kind.name == 'llvm' else target.kind.name!r})))")
+          f"tvm.device({'cpu' if target.kind.name == 'llvm' else target.kind.name!r})){threads})")
     return 0
 
 

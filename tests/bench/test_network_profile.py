@@ -184,6 +184,10 @@ def test_finalists_need_one_of_each(top_k, rounds):
     (["--alone", "--alone-rounds", "0"], "--alone-rounds must be at least 1, not 0"),
     (["--finalists", "4", "--finalist-rounds", "0"], "--finalist-rounds at least 1, not 4 and 0"),
     (["--finalists", "4", "--alone"], "give one of them"),
+    (["--budget", "64", "--reach", "64"], "--reach is ms-default's budget in the race, above "
+     "--budget (64), not 64"),
+    (["--budget", "64", "--reach", "256"], "no finished run of bo, ms-default@256 for "
+     "electra-small seed 0 at 64"),
 ])
 def test_bad_input_of_the_profile_is_one_line(tmp_path, extra, message):
     proc = run_bench("network_profile.py", "electra-small", "--out", str(tmp_path), *extra)

@@ -1,4 +1,5 @@
-"""Measurers of several processes that share a device lock take turns on the device."""
+"""Measurers of several processes that share a device lock take turns on the device; whole
+networks are timed in a worker with the threads asked for."""
 
 import json
 import subprocess
@@ -64,3 +65,41 @@ def test_a_device_lock_is_for_this_hosts_device():
     with pytest.raises(UserError, match="not through an RPC tracker"):
         Measurer(make_target(None), tracker=Tracker("127.0.0.1", 9, "key"),
                  device_lock="lock")
+
+
+@pytest.mark.slow
+def test_networks_are_timed_in_a_worker_with_the_threads_asked_for(tmp_path):
+    """The TVM runtime by itself runs half an x86 host's cores; a tuner's runner runs every
+    core, so the networks it tuned are timed with the runner's threads, in a worker of their
+    own (the worker refuses to time with any other count)."""
+    import torch
+    import tvm
+    from tvm import relax
+
+    from datagen.measure import time_networks
+    from datagen.torch_import import relax_module
+    from datagen.tvm_env import make_target
+
+    class Mlp(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 8)
+
+        def forward(self, x):
+            return self.fc2(torch.relu(self.fc1(x)))
+
+    target = make_target(None)
+    x = torch.randn(4, 16)
+    mod = relax_module(torch.export.export(Mlp().eval(), (x,)), target)
+    with target:
+        exe = relax.build(mod, target=target)
+    # one more than this process's runtime runs: the worker's count is not the default's
+    threads = tvm.get_global_func("runtime.NumThreads")() + 1
+    timed = time_networks({"a": exe, "b": exe}, [x.numpy()], target, rounds=2,
+                          protocol={"repeat": 1, "min_repeat_ms": 1}, num_threads=threads)
+    assert sorted(timed) == ["a", "b"] and all(len(v) == 2 and min(v) > 0
+                                               for v in timed.values())
+    calls = time_networks({"a": exe}, [x.numpy()], target, rounds=1, per_call=True,
+                          num_threads=threads)["a"]
+    assert len(calls) == 1 and 0 < sum(calls[0]["spent_s"].values()) < calls[0]["total_s"]
+    assert all(n == 1 for s, n in calls[0]["calls"].items() if not s.startswith("vm.builtin."))
