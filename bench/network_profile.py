@@ -8,9 +8,12 @@ from the databases that part keeps (OUT/tuning-networks/runs), runs each --round
 interleaved, with the relax VM's instrument timing every call, and prints per kernel: its calls
 per inference and, per tuner, the in-run best of its task times those calls (alone) beside
 its summed time in the network (the median over rounds); then per tuner the totals of both, the
-VM's other calls and the whole instrumented inference. The instrument is a Python callback
-around every call, so the inference is slower than part `networks` measures it (its figure is
-in the pair file); kernels are timed on their own, between the callbacks.
+VM's other calls and the whole instrumented inference. The networks run as part `networks`
+runs them, in a worker with the runner's threads. The instrument is a Python callback around
+every call, so the inference is slower than part `networks` measures it (its figure is in the
+pair file; on the 2-core hosts here, with two threads, 1.5-1.7 times slower); kernels are
+timed on their own, between the callbacks, so read the per-kernel times against each other,
+not against the uninstrumented network.
 
 With --alone, each tuner's best schedule of every task is also built and timed alone again on
 this host, with the tuning protocol (hot: MetaSchedule's runner repeats it, its arguments in

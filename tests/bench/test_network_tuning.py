@@ -52,6 +52,20 @@ def test_the_summary_of_whole_networks():
     assert "-- cnn (5 tasks)" in text and "bo / ms-default at 64 trials per task" in text
 
 
+def test_the_summary_says_which_pairs_were_timed_with_the_runners_threads():
+    # a cell with "threads" timed its networks as the runner timed the tasks; one without, in
+    # the bench's own process with the TVM runtime's default threads
+    pairs = [*PAIRS[:3], {**PAIRS[3], "threads": 2}]
+    summary = network_tuning().summarize(pairs, ["bo", "ms-default"])
+    at16, at64 = summary["paired"]
+    assert (at16["runner_threads"], at64["runner_threads"]) == (0, 1)
+    lines = network_tuning().format_summary(summary).splitlines()
+    assert [line[line.index("["):] for line in lines if "[" in line] == [
+        "[0 of 2 timed with the runner's threads]", "[1 of 2 timed with the runner's threads]"]
+    every = network_tuning().summarize([{**p, "threads": 2} for p in PAIRS], ["bo", "ms-default"])
+    assert "timed with the runner's threads" not in network_tuning().format_summary(every)
+
+
 def test_the_reach_counts_only_the_seeds_that_ran_at_every_budget():
     # a third seed at 16 alone: the latencies at 16 take it in, the reach leaves it out
     pairs = PAIRS + [pair("cnn", 2, 16, {"bo": 200, "ms-default": 50})]
