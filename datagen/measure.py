@@ -8,6 +8,8 @@ builds a batch first and measures it after, never both at once, so no build comp
 cores being timed; `build` and `run_built` are the two halves, which `collect` overlaps where
 the device being timed is not this host's CPU.
 Measurers of several processes that share a `device_lock` take turns on the device.
+`time_networks` times whole compiled networks as the runner times a task: in a worker of their
+own, with the runner's threads.
 
 `run_latency` and `latency_stats` are the one definition of a measured latency everywhere in
 the project: the median of the timed repeats, with MetaSchedule's failure sentinel (a failed
