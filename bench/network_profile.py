@@ -275,7 +275,7 @@ def finalists_networks(databases: dict, tasks, mod, arrays, target, args, run_di
     the first tuner and another, its ratio both ways; each task's choice
     (`remeasure_finalists`'s report); every round's seconds. The finalists' databases are
     written beside the runs (`finalists-kK`)."""
-    from datagen.measure import Measurer
+    from datagen.measure import Measurer, time_networks
     from tuning.tuner import compile_network
 
     measurer = Measurer(target, None)
@@ -289,7 +289,7 @@ def finalists_networks(databases: dict, tasks, mod, arrays, target, args, run_di
     for tuner, database in databases.items():
         executables[tuner] = compile_network(database, mod, target)
         executables[f"{tuner}+finalists"] = compile_network(chosen[tuner], mod, target)
-    latency = network_tuning.measure_interleaved(executables, arrays, target, args.rounds)
+    latency = time_networks(executables, arrays, target, args.rounds)
 
     def ratio(a: str, b: str) -> float:
         return float(np.median(np.array(latency[a]) / np.array(latency[b])))

@@ -116,17 +116,6 @@ def tune(mod, target, tuner: str, trials: int, grid, run: str, measurer, inputs)
                              "models": models, "device": measurer.device})
 
 
-def measure_interleaved(executables: dict, arrays: list, target, rounds: int,
-                        num_threads: int | None = None) -> dict:
-    """Seconds per inference of each compiled network, `rounds` rounds of one measurement of
-    each in turn (so every round's networks share the machine's state), in a worker with
-    `num_threads` runtime threads (default: the runner's), as the tuners' runs timed each
-    task (`datagen.measure.time_networks`)."""
-    from datagen.measure import time_networks
-
-    return time_networks(executables, arrays, target, rounds, num_threads=num_threads)
-
-
 def pair_cell(name: str, seed: int, per_task: int) -> str:
     """A finished (network, seed, budget) in the part's `Grid`: small, kept in git."""
     return os.path.join("pairs", f"{name}__seed{seed}__b{per_task}.json.xz")
@@ -153,6 +142,7 @@ def _race(cell: str, fields: dict, name: str, seed: int, entrants: dict, grid, t
 
     from tvm.s_tir import meta_schedule as ms
 
+    from datagen.measure import time_networks
     from tuning.tuner import compile_network
 
     made = grid.read(cell)
@@ -172,8 +162,8 @@ def _race(cell: str, fields: dict, name: str, seed: int, entrants: dict, grid, t
     return grid.write(cell, {
         "network": name, "seed": seed, **fields, "tasks": tasks, "runs": runs, "rounds": rounds,
         "threads": measurer.num_threads,
-        "latency": measure_interleaved(executables, arrays, target, rounds,
-                                       measurer.num_threads)})
+        "latency": time_networks(executables, arrays, target, rounds,
+                                 num_threads=measurer.num_threads)})
 
 
 def run_pair(name: str, seed: int, per_task: int, tuners, grid, target, measurer,

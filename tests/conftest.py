@@ -136,6 +136,22 @@ def assert_clean_error(proc: subprocess.CompletedProcess, match: str,
     assert "Traceback" not in proc.stderr
 
 
+def tiny_mlp():
+    """A two-layer perceptron (16 -> 32 -> 8, a ReLU between) in eval mode: a network of two
+    tasks to export with `torch.export` (its input: a (4, 16) tensor)."""
+    import torch
+
+    class TinyMLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 8)
+
+        def forward(self, x):
+            return self.fc2(torch.relu(self.fc1(x)))
+
+    return TinyMLP().eval()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

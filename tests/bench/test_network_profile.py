@@ -9,7 +9,7 @@ import types
 import pytest
 import torch
 
-from conftest import BENCH_DIR, bench_module, run_bench, run_cli
+from conftest import BENCH_DIR, bench_module, run_bench, run_cli, tiny_mlp
 
 
 def network_profile():
@@ -26,16 +26,8 @@ def test_a_tuned_network_timed_kernel_by_kernel(tmp_path):
     from datagen.tvm_env import make_target
     from tuning.tuner import compile_network
 
-    class Mlp(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc1, self.fc2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 8)
-
-        def forward(self, x):
-            return self.fc2(torch.relu(self.fc1(x)))
-
     path, x = str(tmp_path / "mlp.pt2"), torch.randn(4, 16)
-    torch.export.save(torch.export.export(Mlp().eval(), (x,)), path)
+    torch.export.save(torch.export.export(tiny_mlp(), (x,)), path)
     tuned = tmp_path / "tuned"
     run_cli("run", "--torch-model", path, "--trials", "8", "--trials-per-iter", "4", "--tuner",
             "random", "--out", str(tuned), "--no-progress", prog="tune", check=True)

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from conftest import tiny_mlp
 from datagen.errors import UserError
 
 # one process: draw and build 3 schedules, wait until the other process has built too, then
@@ -80,17 +81,9 @@ def test_networks_are_timed_in_a_worker_with_the_threads_asked_for(tmp_path):
     from datagen.torch_import import relax_module
     from datagen.tvm_env import make_target
 
-    class Mlp(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc1, self.fc2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 8)
-
-        def forward(self, x):
-            return self.fc2(torch.relu(self.fc1(x)))
-
     target = make_target(None)
     x = torch.randn(4, 16)
-    mod = relax_module(torch.export.export(Mlp().eval(), (x,)), target)
+    mod = relax_module(torch.export.export(tiny_mlp(), (x,)), target)
     with target:
         exe = relax.build(mod, target=target)
     # one more than this process's runtime runs: the worker's count is not the default's

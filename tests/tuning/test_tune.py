@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import assert_clean_error, needs_no_gpu, run_cli
+from conftest import assert_clean_error, needs_no_gpu, run_cli, tiny_mlp
 from tuning.runs import read_json
 from tuning.tuner import apply_database, best_so_far, read_curve
 
@@ -309,15 +309,6 @@ def test_tune_compare_against_pretrained_xgb_with_remeasured_finalists(tiny_chec
     assert not (out / "runs").exists()
 
 
-class TinyMLP(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1, self.fc2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 8)
-
-    def forward(self, x):
-        return self.fc2(torch.relu(self.fc1(x)))
-
-
 def test_tune_a_pytorch_model(tiny_checkpoint, tmp_path):
     import tvm
     from tvm import relax
@@ -327,7 +318,7 @@ def test_tune_a_pytorch_model(tiny_checkpoint, tmp_path):
     from datagen.tvm_env import make_target
 
     path = str(tmp_path / "mlp.pt2")
-    model = TinyMLP().eval()
+    model = tiny_mlp()
     x = torch.randn(4, 16)
     torch.export.save(torch.export.export(model, (x,)), path)
     out = tmp_path / "net"
@@ -356,7 +347,7 @@ def test_a_network_budget_below_one_round_per_task_is_one_line(tmp_path):
     """MetaSchedule's task scheduler would stop before the last tasks got a round and build
     them untuned: refused before anything is written."""
     path = str(tmp_path / "mlp.pt2")
-    torch.export.save(torch.export.export(TinyMLP().eval(), (torch.randn(4, 16),)), path)
+    torch.export.save(torch.export.export(tiny_mlp(), (torch.randn(4, 16),)), path)
     out = tmp_path / "net"
     proc = run_cli("run", "--torch-model", path, "--trials", "4", "--trials-per-iter", "4",
                    "--tuner", "random", "--out", str(out), "--no-progress", prog="tune")
@@ -440,7 +431,7 @@ def test_a_gpu_lost_mid_network_is_one_line_and_keeps_the_tasks_tuned_before(tmp
     """The same in the middle of a whole network: its first task's round stays in the
     database, the second task's, on the lost device, never reaches it."""
     path = str(tmp_path / "mlp.pt2")
-    torch.export.save(torch.export.export(TinyMLP().eval(), (torch.randn(4, 16),)), path)
+    torch.export.save(torch.export.export(tiny_mlp(), (torch.randn(4, 16),)), path)
     out = tmp_path / "lost"
     proc = subprocess.run([sys.executable, "-c", LOSE_THE_GPU, "run", "--torch-model", path,
                            "--tuner", "random", "--trials", "12", "--trials-per-iter", "4",
