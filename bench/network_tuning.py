@@ -14,8 +14,9 @@ file (its trials and search wall time) under OUT/runs and is read back, so the p
 
 When a (network, seed, budget)'s tuners have all run, each tuner's network is compiled with its
 database (`compile_network`) and the compiled networks are measured interleaved, --rounds
-rounds of A B C (each one `time_evaluator` call of the relax VM, in a worker process with the
-runner's threads: `datagen.measure.time_networks`), and kept in
+rounds of A B C, B C A, C A B, ... (each one `time_evaluator` call of the relax VM, in a
+worker process with the runner's threads: `datagen.measure.time_networks`; cells timed before
+the order rotated, without `"order"`, ran A B C every round), and kept in
 OUT/pairs/NETWORK__seedS__bB.json.xz (small, kept in git: a fresh clone summarises them
 without tuning again). The summary (`summarize`), per network: each tuner's median latency
 over seeds at each budget; bo's paired ratios to each baseline over (network, seed) pairs at
@@ -146,24 +147,33 @@ def _race(cell: str, fields: dict, name: str, seed: int, entrants: dict, grid, t
     from tuning.tuner import compile_network
 
     made = grid.read(cell)
+    folders = {label: os.path.join("runs", name, tuner, f"seed{seed}-b{per_task}")
+               for label, (tuner, per_task) in entrants.items()}
     # a cell without "threads" timed its networks with the TVM runtime's default threads in
-    # this process (half the cores of an x86 host), not the runner's: timed again
+    # this process (half the cores of an x86 host), not the runner's: timed again (tuned
+    # again where its runs are gone); one timed in a fixed order, without "order", is timed
+    # again where its runs are on disk, its fixed-order figures kept beside
+    earlier = {}
     if made is not None and set(made["latency"]) == set(entrants) \
             and made["rounds"] >= rounds and made.get("threads") == measurer.num_threads:
-        return made
+        on_disk = all(grid.read(os.path.join(f, "done.json")) is not None
+                      for f in folders.values())
+        if made.get("order") == "rotated" or not on_disk:
+            return made
+        earlier = {"fixed_order_latency": made["latency"]}
     mod, arrays, tasks = _network(name, target)
     runs, executables = {}, {}
     for label, (tuner, per_task) in entrants.items():
-        run = os.path.join("runs", name, tuner, f"seed{seed}-b{per_task}")
+        run = folders[label]
         runs[label] = tune(mod, target, tuner, per_task * tasks, grid, run, measurer,
                            dataclasses.replace(search_inputs, seed=seed))
         executables[label] = compile_network(
             ms.database.JSONDatabase(work_dir=grid.path(run)), mod, target)
     return grid.write(cell, {
         "network": name, "seed": seed, **fields, "tasks": tasks, "runs": runs, "rounds": rounds,
-        "threads": measurer.num_threads,
+        "threads": measurer.num_threads, "order": "rotated",
         "latency": time_networks(executables, arrays, target, rounds,
-                                 num_threads=measurer.num_threads)})
+                                 num_threads=measurer.num_threads), **earlier})
 
 
 def run_pair(name: str, seed: int, per_task: int, tuners, grid, target, measurer,

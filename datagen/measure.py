@@ -589,7 +589,8 @@ def time_networks(executables: dict, inputs: list, target, rounds: int,
             loads), all run on the same `inputs` (numpy arrays).
         target: the target they were built for (its device runs them).
         rounds: rounds of one timing of each network in turn (so every round's networks share
-            the machine's state), after one untimed inference of each.
+            the machine's state), the order rotated each round (`round_order`), after one
+            untimed inference of each.
         protocol: one timing: number / repeat / min_repeat_ms of the VM's `time_evaluator`,
             its median repeat kept (default `NETWORK_PROTOCOL`).
         per_call: in place of `time_evaluator`, one inference a timing with the VM's
@@ -629,6 +630,14 @@ def time_networks(executables: dict, inputs: list, target, rounds: int,
     return value
 
 
+def round_order(names: list, round_index: int) -> list:
+    """The order in which `time_networks` times the networks `names` in round `round_index`:
+    rotated by one each round, so that no network always runs first (just after the previous
+    round's last), and over a multiple of len(names) rounds each runs at each place alike."""
+    shift = round_index % len(names) if names else 0
+    return names[shift:] + names[:shift]
+
+
 def _time_networks_job(libraries: dict, inputs: list, device_type: str, rounds: int,
                        protocol: dict, per_call: bool, num_threads: int) -> dict:
     """`time_networks`' work, in its worker."""
@@ -654,9 +663,9 @@ def _time_networks_job(libraries: dict, inputs: list, device_type: str, rounds: 
                   for name, vm in vms.items()}
         for vm in vms.values():
             vm["main"](*args)
-        for _ in range(rounds):
-            for name, timer in timers.items():
-                out[name].append(float(np.median(timer(*args).results)))
+        for r in range(rounds):
+            for name in round_order(list(timers), r):
+                out[name].append(float(np.median(timers[name](*args).results)))
         return out
     spent: dict[str, float] = {}
     calls: dict[str, int] = {}
@@ -673,8 +682,9 @@ def _time_networks_job(libraries: dict, inputs: list, device_type: str, rounds: 
     for vm in vms.values():
         vm.set_instrument(instrument)
         vm["main"](*args)
-    for _ in range(rounds):
-        for name, vm in vms.items():
+    for r in range(rounds):
+        for name in round_order(list(vms), r):
+            vm = vms[name]
             spent.clear()
             calls.clear()
             start = time.perf_counter()

@@ -96,3 +96,12 @@ def test_networks_are_timed_in_a_worker_with_the_threads_asked_for(tmp_path):
                           num_threads=threads)["a"]
     assert len(calls) == 1 and 0 < sum(calls[0]["spent_s"].values()) < calls[0]["total_s"]
     assert all(n == 1 for s, n in calls[0]["calls"].items() if not s.startswith("vm.builtin."))
+
+
+def test_networks_take_turns_at_each_place_in_a_round():
+    from datagen.measure import round_order
+
+    orders = [round_order(["a", "b", "c"], r) for r in range(6)]
+    assert orders[:3] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
+    assert orders[3:] == orders[:3]  # over 3 rounds each network runs first, second and last once
+    assert round_order(["a"], 5) == ["a"] and round_order([], 1) == []
