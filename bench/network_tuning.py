@@ -16,7 +16,8 @@ When a (network, seed, budget)'s tuners have all run, each tuner's network is co
 database (`compile_network`) and the compiled networks are measured interleaved, --rounds
 rounds of A B C, B C A, C A B, ... (each one `time_evaluator` call of the relax VM, in a
 worker process with the runner's threads: `datagen.measure.time_networks`; cells timed before
-the order rotated, without `"order"`, ran A B C every round), and kept in
+the order rotated, without `"order"`, ran A B C every round; such a cell, or one timed in fewer
+rounds than asked, is timed again where its runs are on disk), and kept in
 OUT/pairs/NETWORK__seedS__bB.json.xz (small, kept in git: a fresh clone summarises them
 without tuning again). The summary (`summarize`), per network: each tuner's median latency
 over seeds at each budget; bo's paired ratios to each baseline over (network, seed) pairs at
@@ -47,7 +48,9 @@ NETWORKS = ("poolformer-s12", "electra-small")
 BUDGETS = (16, 64)  # trials per task
 TUNERS = ("bo", "ms-xgb-pretrained", "ms-default")
 REFERENCE = "ms-default"  # whose latency at the largest budget the others race to
-ROUNDS = 10
+# rounds of the compiled networks' timing: about a second each, so a minute or so in all, long
+# enough that a few seconds of a busy neighbour on the host cannot hold most rounds
+ROUNDS = 30
 TIE = 0.02
 BOOTSTRAP_SAMPLES = 10000
 
@@ -151,16 +154,21 @@ def _race(cell: str, fields: dict, name: str, seed: int, entrants: dict, grid, t
                for label, (tuner, per_task) in entrants.items()}
     # a cell without "threads" timed its networks with the TVM runtime's default threads in
     # this process (half the cores of an x86 host), not the runner's: timed again (tuned
-    # again where its runs are gone); one timed in a fixed order, without "order", is timed
-    # again where its runs are on disk, its fixed-order figures kept beside
+    # again where its runs are gone). One timed in fewer rounds or in a fixed order (without
+    # "order") is timed again where its runs are on disk, its earlier timing kept beside, and
+    # kept as it is where they are gone.
     earlier = {}
     if made is not None and set(made["latency"]) == set(entrants) \
-            and made["rounds"] >= rounds and made.get("threads") == measurer.num_threads:
-        on_disk = all(grid.read(os.path.join(f, "done.json")) is not None
-                      for f in folders.values())
-        if made.get("order") == "rotated" or not on_disk:
+            and made.get("threads") == measurer.num_threads:
+        if made["rounds"] >= rounds and made.get("order") == "rotated":
             return made
-        earlier = {"fixed_order_latency": made["latency"]}
+        if not all(grid.read(os.path.join(f, "done.json")) is not None
+                   for f in folders.values()):
+            print(f"kept {cell} as timed before ({made['rounds']} rounds, "
+                  f"{made.get('order', 'fixed')} order): its runs are not on disk to time again")
+            return made
+        earlier = {"earlier": {k: made[k] for k in ("rounds", "latency")}
+                   | {"order": made.get("order", "fixed")}}
     mod, arrays, tasks = _network(name, target)
     runs, executables = {}, {}
     for label, (tuner, per_task) in entrants.items():
@@ -399,7 +407,9 @@ def networks_part(args, target, measurer) -> dict:
         summary["reach"] = summarize_reach(reach)
     write_json(os.path.join(out, "summary.json"), summary, indent=1)
     cells = pairs + reach
+    rounds = sorted({c["rounds"] for c in cells})
     print(f"== networks: {', '.join(sorted({c['network'] for c in cells}))}, seeds "
-          f"{sorted({c['seed'] for c in cells})}, {cells[0]['rounds']} interleaved rounds ==")
+          f"{sorted({c['seed'] for c in cells})}, "
+          f"{'-'.join(map(str, rounds[::len(rounds) - 1 or 1]))} interleaved rounds ==")
     print(format_summary(summary))
     return summary

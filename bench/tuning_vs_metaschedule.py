@@ -29,7 +29,7 @@ read back (under --out/tuning-network/runs); another budget or target there is r
 Part `networks`, whole networks outside every training suite (a CNN and a transformer of the
 network catalogue, `--networks`): every task tuned with MetaSchedule's task scheduler at equal
 total budgets of 16 and 64 trials per task (`--network-budgets`) by bo, ms-xgb-pretrained and
-ms-default, per seed; the compiled networks measured interleaved (`--rounds`, default 10),
+ms-default, per seed; the compiled networks measured interleaved (`--rounds`, default 30),
 with the budget at which each reaches ms-default's latency at its largest and each tuner's
 search wall time per trial (`network_tuning.py` says how; needs the `networks` extra to
 build the networks; `--report` summarises the finished pairs without it):

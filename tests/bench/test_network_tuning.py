@@ -66,6 +66,22 @@ def test_the_summary_says_which_pairs_were_timed_with_the_runners_threads():
     assert "timed with the runner's threads" not in network_tuning().format_summary(every)
 
 
+def test_a_cell_timed_the_old_way_is_kept_as_it_is_where_its_runs_are_gone(tmp_path, capsys):
+    # timed in 3 rounds in a fixed order (no "order"), its tuners' runs not on disk: nothing to
+    # time again and no reason to tune again (its threads were the runner's), so it is kept
+    import types
+
+    from datagen.grid import Grid
+
+    bench = network_tuning()
+    grid = Grid(str(tmp_path))
+    cell = grid.write(bench.pair_cell("cnn", 0, 16), {**PAIRS[0], "threads": 2})
+    measurer = types.SimpleNamespace(num_threads=2)
+    assert bench.run_pair("cnn", 0, 16, ["bo", "ms-default"], grid, None, measurer, None,
+                          rounds=30) == cell
+    assert "its runs are not on disk to time again" in capsys.readouterr().out
+
+
 def test_the_reach_counts_only_the_seeds_that_ran_at_every_budget():
     # a third seed at 16 alone: the latencies at 16 take it in, the reach leaves it out
     pairs = PAIRS + [pair("cnn", 2, 16, {"bo": 200, "ms-default": 50})]
