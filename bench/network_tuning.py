@@ -48,8 +48,9 @@ NETWORKS = ("poolformer-s12", "electra-small")
 BUDGETS = (16, 64)  # trials per task
 TUNERS = ("bo", "ms-xgb-pretrained", "ms-default")
 REFERENCE = "ms-default"  # whose latency at the largest budget the others race to
-# rounds of the compiled networks' timing: about a second each, so a minute or so in all, long
-# enough that a few seconds of a busy neighbour on the host cannot hold most rounds
+# rounds of the compiled networks' timing: about a second each (a third of one per network),
+# so about half a minute in all, long enough that a few busy seconds on the host cannot hold
+# most rounds
 ROUNDS = 30
 TIE = 0.02
 BOOTSTRAP_SAMPLES = 10000
@@ -410,6 +411,6 @@ def networks_part(args, target, measurer) -> dict:
     rounds = sorted({c["rounds"] for c in cells})
     print(f"== networks: {', '.join(sorted({c['network'] for c in cells}))}, seeds "
           f"{sorted({c['seed'] for c in cells})}, "
-          f"{'-'.join(map(str, rounds[::len(rounds) - 1 or 1]))} interleaved rounds ==")
+          f"{rounds[0] if len(rounds) == 1 else f'{rounds[0]}-{rounds[-1]}'} interleaved rounds ==")
     print(format_summary(summary))
     return summary
