@@ -161,15 +161,16 @@ def _race(cell: str, fields: dict, name: str, seed: int, entrants: dict, grid, t
     earlier = {}
     if made is not None and set(made["latency"]) == set(entrants) \
             and made.get("threads") == measurer.num_threads:
-        if made["rounds"] >= rounds and made.get("order") == "rotated":
+        order = made.get("order", "fixed")
+        if made["rounds"] >= rounds and order == "rotated":
             return made
         if not all(grid.read(os.path.join(f, "done.json")) is not None
                    for f in folders.values()):
-            print(f"kept {cell} as timed before ({made['rounds']} rounds, "
-                  f"{made.get('order', 'fixed')} order): its runs are not on disk to time again")
+            print(f"kept {cell} as timed before ({made['rounds']} rounds, {order} order): its "
+                  "runs are not on disk to time again")
             return made
-        earlier = {"earlier": {k: made[k] for k in ("rounds", "latency")}
-                   | {"order": made.get("order", "fixed")}}
+        earlier = {"earlier": {"rounds": made["rounds"], "order": order,
+                               "latency": made["latency"]}}
     mod, arrays, tasks = _network(name, target)
     runs, executables = {}, {}
     for label, (tuner, per_task) in entrants.items():
