@@ -53,10 +53,9 @@ import sys
 import numpy as np
 
 import network_tuning  # a sibling script
+from datagen.defaults import COLD_PROTOCOL
 
 BUILTIN = "vm.builtin."  # the VM's own calls (allocation, shape checks, ...), not kernels
-# timed alone, cold: single runs, the caches flushed of every argument but the first before each
-COLD = {"number": 1, "repeat": 10, "min_repeat_ms": 0, "cache_flush": True}
 
 
 def in_run_bests(database, tasks, target) -> dict[str, float | None]:
@@ -70,9 +69,9 @@ def in_run_bests(database, tasks, target) -> dict[str, float | None]:
 
 
 def timed_alone(databases: dict, tasks, target, rounds: int) -> dict:
-    """Per protocol (hot: the tuning protocol; cold: `COLD`), per tuner and task: the median
-    over `rounds` interleaved measurements of its best schedule's latency alone (seconds;
-    None: no record, or it failed)."""
+    """Per protocol (hot: the tuning protocol; cold: `COLD_PROTOCOL`), per tuner and task: the
+    median over `rounds` interleaved measurements of its best schedule's latency alone
+    (seconds; None: no record, or it failed)."""
     from datagen.measure import Measurer, run_latency
 
     cells, mods = [], []
@@ -81,7 +80,7 @@ def timed_alone(databases: dict, tasks, target, rounds: int) -> dict:
             cells.append((tuner, tasks[i].task_name))
             mods.append(_scheduled(record))
     out: dict = {}
-    for name, protocol in (("hot", None), ("cold", COLD)):
+    for name, protocol in (("hot", None), ("cold", COLD_PROTOCOL)):
         measurer = Measurer(target, protocol)
         try:
             results = measurer.remeasure(mods, rounds)

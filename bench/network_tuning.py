@@ -181,7 +181,7 @@ def _race(cell: str, fields: dict, name: str, seed: int, entrants: dict, grid, t
             ms.database.JSONDatabase(work_dir=grid.path(run)), mod, target)
     return grid.write(cell, {
         "network": name, "seed": seed, **fields, "tasks": tasks, "runs": runs, "rounds": rounds,
-        "threads": measurer.num_threads, "order": "rotated",
+        "threads": measurer.num_threads, "order": "rotated", "protocol": measurer.protocol,
         "latency": time_networks(executables, arrays, target, rounds,
                                  num_threads=measurer.num_threads), **earlier})
 
@@ -375,12 +375,13 @@ def _finished(grid, folder: str) -> list[dict]:
 def networks_part(args, target, measurer) -> dict:
     """Tune (or read back) every (network, seed, budget) pair, or with --network-reach every
     race of ours against the reference at that budget, then summarise every pair and race
-    finished in the folder; writes OUT/tuning-networks/summary.json."""
+    finished in the folder; writes OUT/tuning-networks/summary.json (with --cold, every tuner
+    measuring cold: OUT/tuning-networks-cold)."""
     from datagen.errors import UserError
     from datagen.grid import Grid, write_json
     from tuning.tuner import SearchInputs, load_predictor
 
-    out = os.path.join(args.out, "tuning-networks")
+    out = os.path.join(args.out, "tuning-networks" + ("-cold" if args.cold else ""))
     grid = Grid(out)
     tuners = list(args.network_tuners)
     if not args.report:

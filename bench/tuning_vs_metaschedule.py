@@ -277,6 +277,10 @@ def main() -> None:
                         help="networks: instead of the pairs, race each of --network-ours at "
                         "the largest --network-budgets against ms-default at B trials per task "
                         "(e.g. 256)")
+    parser.add_argument("--cold", action="store_true",
+                        help="networks: every tuner measures its candidates cold (single runs, "
+                        "the CPU caches flushed of each argument but the first, as a kernel "
+                        "meets its weights inside a network), into OUT/tuning-networks-cold")
     parser.add_argument("--rounds", type=int, default=network_tuning.ROUNDS,
                         help="networks: interleaved measurement rounds of the compiled networks")
     parser.add_argument("--parts", nargs="+", default=["shapes", "family", "network"],
@@ -296,6 +300,7 @@ def main() -> None:
 
     import evaluation_models  # a sibling script
     from costmodel import checkpoints
+    from datagen.defaults import COLD_PROTOCOL
     from datagen.errors import UserError, output_folder
     from datagen.measure import Measurer
     from datagen.tvm_env import make_target
@@ -317,6 +322,9 @@ def main() -> None:
     if "gpu" in args.parts and not on_gpu:
         raise SystemExit("error: --parts gpu tunes on a GPU: give its --target "
                          "(nvidia/nvidia-h100) and run on that GPU's host")
+    if args.cold and set(args.parts) != {"networks"}:
+        raise SystemExit("error: --cold is for --parts networks alone (the other parts' pairs "
+                         "were all measured hot)")
     if "networks" in args.parts and not args.report:
         try:
             network_tuning.check_networks(args.networks, args.network_budgets, args.rounds,
@@ -327,7 +335,8 @@ def main() -> None:
         # side by side (--jobs above 1), the runs build in their own processes and the pairs'
         # finalists with a measurer of their own: this one builds only for a pair left to tune
         # one run at a time, so its build workers start then rather than beside the first runs
-        measurer = None if args.report else Measurer(target, start_builder=args.jobs == 1)
+        measurer = None if args.report else Measurer(
+            target, COLD_PROTOCOL if args.cold else None, start_builder=args.jobs == 1)
     except UserError as err:
         raise SystemExit(f"error: {err}") from None
     try:

@@ -187,6 +187,7 @@ def test_a_report_reads_the_races_beside_the_pairs(tmp_path):
     (["--network-budgets", "16", "64", "--network-reach", "64"],
      "--network-reach is ms-default's budget for ours to reach, above the largest "
      "--network-budgets (64), not 64"),
+    (["--parts", "shapes", "networks", "--cold"], "--cold is for --parts networks alone"),
 ])
 def test_bad_input_of_the_networks_part_is_one_line(tmp_path, extra, message):
     proc = run_bench("tuning_vs_metaschedule.py", "--parts", "networks", "--out", str(tmp_path),
