@@ -26,6 +26,15 @@ the geometric mean with a paired bootstrap 95% interval); the smallest budget at
 tuner's network is at least as fast as ms-default's at the largest budget; and each tuner's
 search wall time per trial.
 
+The runner times candidates hot (again and again on the same arguments), as every pair before
+--cold was measured. With --cold, every tuner measures its candidates cold
+(`datagen.defaults.COLD_PROTOCOL`: single runs, the CPU caches flushed of every argument but the
+first, as a kernel meets its weights inside a network; what `tune run --torch-model` does on a
+CPU by default) into OUT/tuning-networks-cold, and after each pair, where the same tuners' runs
+tuned hot (the part without --cold) are on disk, the six networks are measured interleaved
+(OUT/tuning-networks-cold/hot-vs-cold): the summary gives each tuner's network tuned cold over
+tuned hot.
+
 With --network-reach B, instead of the pairs: a race per (network, seed) of bo (each of
 --network-ours) at the largest --network-budgets against ms-default at B trials per task (the
 tuning issue's bo at 64 against ms-default at 256), their compiled networks measured
@@ -213,6 +222,63 @@ def run_reach(name: str, seed: int, per_task: int, reach: int, ours, grid, targe
                  grid, target, measurer, search_inputs, rounds)
 
 
+def hot_vs_cold_cell(name: str, seed: int, per_task: int) -> str:
+    """A finished timing of each tuner's network tuned hot and tuned cold (the --cold part)."""
+    return os.path.join("hot-vs-cold", f"{name}__seed{seed}__b{per_task}.json.xz")
+
+
+def run_hot_vs_cold(name: str, seed: int, per_task: int, tuners, grid, hot_grid, target,
+                    measurer, rounds: int) -> dict | None:
+    """Each tuner's network as tuned cold (this part's run) and as tuned hot (the same tuner,
+    seed and budget in `hot_grid`, the part without --cold), all compiled and measured
+    interleaved, under `TUNER` and `TUNER@hot`; read back from its cell if it finished with
+    these tuners and rounds. None where a run of either is not on disk."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from datagen.measure import time_networks
+    from tuning.tuner import compile_network
+
+    cell = hot_vs_cold_cell(name, seed, per_task)
+    labels = {t: (grid, t) for t in tuners} | {f"{t}@hot": (hot_grid, t) for t in tuners}
+    made = grid.read(cell)
+    if made is not None and set(made["latency"]) == set(labels) and made["rounds"] >= rounds:
+        return made
+    folders = {label: os.path.join("runs", name, tuner, f"seed{seed}-b{per_task}")
+               for label, (_, tuner) in labels.items()}
+    runs = {label: g.read(os.path.join(folders[label], "done.json"))
+            for label, (g, _) in labels.items()}
+    if any(r is None for r in runs.values()):
+        return None
+    mod, arrays, tasks = _network(name, target)
+    executables = {label: compile_network(
+        ms.database.JSONDatabase(work_dir=g.path(folders[label])), mod, target)
+        for label, (g, _) in labels.items()}
+    return grid.write(cell, {
+        "network": name, "seed": seed, "per_task": per_task, "tasks": tasks, "runs": runs,
+        "rounds": rounds, "threads": measurer.num_threads, "order": "rotated",
+        "latency": time_networks(executables, arrays, target, rounds,
+                                 num_threads=measurer.num_threads)})
+
+
+def summarize_hot_vs_cold(cells: list[dict], tuners) -> list[dict]:
+    """Per tuner and budget: over the (network, seed) cells, the median over rounds of the
+    per-round ratio of its network tuned cold to the one tuned hot, and their geometric mean
+    (below 1: measuring cold made its network faster)."""
+    from tuning.report import geomean
+
+    out = []
+    for per_task in sorted({c["per_task"] for c in cells}):
+        at = [c for c in cells if c["per_task"] == per_task]
+        for tuner in tuners:
+            mine = [c for c in at if tuner in c["latency"]]
+            if mine:
+                ratios = [cell_ratio(c, tuner, f"{tuner}@hot") for c in mine]
+                out.append({"tuner": tuner, "per_task": per_task,
+                            "cells": [f"{c['network']} seed {c['seed']}" for c in mine],
+                            "ratios": ratios, "geomean_ratio": geomean(ratios)})
+    return out
+
+
 def cell_ratio(cell: dict, ours: str, base: str) -> float:
     """The median over a finished cell's rounds of the per-round ratio of `ours`' network
     latency to `base`'s."""
@@ -348,6 +414,10 @@ def format_summary(summary: dict) -> str:
                      f"{p['geomean_ratio']:.3f} (95% interval {p['ci95'][0]:.3f}-"
                      f"{p['ci95'][1]:.3f}) over {p['n']} pair(s); {p['wins']} wins, "
                      f"{p['ties']} ties, {p['losses']} losses" + _threads_note(p))
+    for r in summary.get("hot_vs_cold", []):
+        each = ", ".join(f"{c} {x:.3f}" for c, x in zip(r["cells"], r["ratios"]))
+        lines.append(f"{r['tuner']} tuned cold / tuned hot at {r['per_task']} trials per task: "
+                     f"network latency ratio {r['geomean_ratio']:.3f} ({each})")
     for r in summary.get("reach", []):
         seeds = ", ".join(f"seed {s} {x:.3f}" for s, x in zip(r["seeds"], r["ratios"]))
         verdict = "reached" if r["reached"] else \
@@ -383,6 +453,7 @@ def networks_part(args, target, measurer) -> dict:
 
     out = os.path.join(args.out, "tuning-networks" + ("-cold" if args.cold else ""))
     grid = Grid(out)
+    hot = Grid(os.path.join(args.out, "tuning-networks"))  # with --cold: the runs tuned hot
     tuners = list(args.network_tuners)
     if not args.report:
         from costmodel.pretrained_xgb import pretrained_xgb_file
@@ -400,6 +471,9 @@ def networks_part(args, target, measurer) -> dict:
                     for budget in args.network_budgets:
                         run_pair(name, seed, budget, tuners, grid, target, measurer, inputs,
                                  args.rounds)
+                        if args.cold:
+                            run_hot_vs_cold(name, seed, budget, tuners, grid, hot, target,
+                                            measurer, args.rounds)
     # the summary of every pair and race finished in the folder, these and earlier runs'
     pairs, reach = _finished(grid, "pairs"), _finished(grid, "reach")
     if not pairs and not reach:
@@ -408,6 +482,8 @@ def networks_part(args, target, measurer) -> dict:
         {"networks": {}, "paired": []}
     if reach:
         summary["reach"] = summarize_reach(reach)
+    if hot_vs_cold := _finished(grid, "hot-vs-cold"):
+        summary["hot_vs_cold"] = summarize_hot_vs_cold(hot_vs_cold, tuners)
     write_json(os.path.join(out, "summary.json"), summary, indent=1)
     cells = pairs + reach
     rounds = sorted({c["rounds"] for c in cells})

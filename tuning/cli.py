@@ -63,6 +63,7 @@ def _setup(args):
     XGBModel, when the chosen tuners need them) from the common options."""
     from costmodel import checkpoints
     from costmodel.predictor import torch_device
+    from datagen.defaults import COLD_PROTOCOL
     from datagen.measure import Measurer, Tracker
     from datagen.tvm_env import make_target
     from costmodel.pretrained_xgb import pretrained_xgb_file
@@ -80,6 +81,13 @@ def _setup(args):
     torch_device(args.device)  # a device this torch cannot use fails before any work
     output_folder(args.out, create=False)  # likewise an --out that cannot be written
     target = make_target(args.target, args.threads)
+    timing = getattr(args, "timing", None)
+    if timing == "cold" and target.kind.name != "llvm":
+        raise UserError(f"--timing cold flushes the CPU caches between runs, and a "
+                        f"{target.kind.name} target's kernels run on its device: leave it out")
+    # a network's kernels meet their weights cold, so its tasks are timed so on a CPU
+    cold = timing == "cold" or (timing is None and getattr(args, "torch_model", None)
+                                and target.kind.name == "llvm")
     tracker = Tracker.parse(args.tracker, args.key) if args.tracker else None
     tuners = [TUNERS.get(t) for t in (getattr(args, "tuners", None) or [args.tuner])]
     paths = args.checkpoint or [checkpoints.for_target(target.kind.name)]
@@ -97,7 +105,8 @@ def _setup(args):
         pretrained = pretrained_xgb_file(paths[0], predictor.meta,
                                          os.path.join(args.out, "cache"), args.dataset,
                                          progress=not args.no_progress)
-    measurer = Measurer(target, tracker=tracker, num_threads=args.threads)
+    measurer = Measurer(target, COLD_PROTOCOL if cold else None, tracker=tracker,
+                        num_threads=args.threads)
     inputs = SearchInputs(predictor, getattr(args, "seed", 0),
                           getattr(args, "acquisition", "ei"), None, pretrained,
                           network_share=args.network_share if predictor is not None else None)
@@ -282,6 +291,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tuner", choices=TUNERS.names(), default="bo")
     p.add_argument("--acquisition", choices=ACQUISITIONS, default="ei")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timing", choices=["cold", "hot"],
+                   help="CPU: cold times each candidate in single runs with the caches flushed "
+                   "of every argument but the first, as a kernel meets its weights inside a "
+                   "network (MetaSchedule's enable_cpu_cache_flush); hot, again and again on "
+                   "the same arguments (default: cold for a --torch-model, else hot)")
     _common(p)
     p.set_defaults(func=_run)
     p = sub.add_parser("compare", help="tuners side by side on the same workloads and budget",

@@ -82,6 +82,39 @@ def test_a_cell_timed_the_old_way_is_kept_as_it_is_where_its_runs_are_gone(tmp_p
     assert "its runs are not on disk to time again" in capsys.readouterr().out
 
 
+def test_each_tuner_tuned_cold_is_set_against_itself_tuned_hot():
+    # the --cold part's timing of the six networks: bo faster tuned cold on both seeds,
+    # ms-default slower on one
+    bench = network_tuning()
+    cells = [pair("cnn", 0, 16, {"bo": 90, "bo@hot": 100, "ms-default": 110,
+                                 "ms-default@hot": 100}),
+             pair("cnn", 1, 16, {"bo": 80, "bo@hot": 100, "ms-default": 100,
+                                 "ms-default@hot": 100})]
+    rows = bench.summarize_hot_vs_cold(cells, ["bo", "ms-xgb-pretrained", "ms-default"])
+    assert [(r["tuner"], r["per_task"]) for r in rows] == [("bo", 16), ("ms-default", 16)]
+    assert rows[0]["ratios"] == pytest.approx([0.9, 0.8])
+    assert rows[0]["geomean_ratio"] == pytest.approx(math.sqrt(0.72))
+    assert rows[1]["geomean_ratio"] == pytest.approx(math.sqrt(1.1))
+    text = bench.format_summary({"networks": {}, "paired": [], "hot_vs_cold": rows})
+    assert "bo tuned cold / tuned hot at 16 trials per task: network latency ratio 0.849 " \
+        "(cnn seed 0 0.900, cnn seed 1 0.800)" in text
+
+
+def test_the_hot_and_cold_networks_are_not_timed_while_a_hot_run_is_missing(tmp_path):
+    from datagen.grid import Grid
+
+    bench = network_tuning()
+    cold, hot = Grid(str(tmp_path / "cold")), Grid(str(tmp_path / "hot"))
+    for grid in (cold, hot):
+        grid.write(os.path.join("runs", "cnn", "bo", "seed0-b16", "done.json"), {"budget": 80})
+    cold.write(os.path.join("runs", "cnn", "ms-default", "seed0-b16", "done.json"),
+               {"budget": 80})
+    # ms-default's hot run is not on disk: nothing is compiled or timed, nothing written
+    assert bench.run_hot_vs_cold("cnn", 0, 16, ["bo", "ms-default"], cold, hot, None, None,
+                                 rounds=3) is None
+    assert not os.path.exists(cold.path(bench.hot_vs_cold_cell("cnn", 0, 16)))
+
+
 def test_the_reach_counts_only_the_seeds_that_ran_at_every_budget():
     # a third seed at 16 alone: the latencies at 16 take it in, the reach leaves it out
     pairs = PAIRS + [pair("cnn", 2, 16, {"bo": 200, "ms-default": 50})]

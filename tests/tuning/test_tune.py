@@ -314,6 +314,7 @@ def test_tune_a_pytorch_model(tiny_checkpoint, tmp_path):
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
+    from datagen.defaults import COLD_PROTOCOL
     from datagen.torch_import import load_exported, relax_module
     from datagen.tvm_env import make_target
 
@@ -328,6 +329,10 @@ def test_tune_a_pytorch_model(tiny_checkpoint, tmp_path):
     assert "tasks; database in" in proc.stdout
     curves = read_curve(str(out))
     assert len(curves) >= 2 and sum(len(c) for c in curves.values()) == 8
+    # a network's tasks are timed cold on a CPU by default, as the network meets its weights
+    lines = (out / "database_tuning_record.json").read_text().splitlines()
+    assert {len(json.loads(line)[1][1]) for line in lines if line.strip()} == {
+        COLD_PROTOCOL["repeat"]}
 
     # every tuned task's record applies to the module `tune_network` tuned
     target = make_target(None)
@@ -341,6 +346,21 @@ def test_tune_a_pytorch_model(tiny_checkpoint, tmp_path):
     got = vm["main"](tvm.runtime.tensor(x.numpy(), tvm.cpu()))
     got = got[0] if not hasattr(got, "numpy") else got
     np.testing.assert_allclose(got.numpy(), model(x).detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_tune_run_timing_cold_times_every_candidate_with_the_cold_protocol(tmp_path):
+    from datagen.defaults import COLD_PROTOCOL, DEFAULT_PROTOCOL
+
+    repeats = {}
+    for name, extra in (("hot", []), ("cold", ["--timing", "cold"])):
+        out = tmp_path / name
+        run_cli("run", WORKLOAD, "--tuner", "random", "--trials", "4", "--trials-per-iter", "4",
+                "--out", str(out), "--no-progress", *extra, prog="tune", check=True)
+        records = (out / WORKLOAD.replace("/", "__") / "database_tuning_record.json")
+        repeats[name] = {len(json.loads(line)[1][1])
+                         for line in records.read_text().splitlines() if line.strip()}
+    # each record keeps every timed repeat: five of hot runs each, ten single cold runs
+    assert repeats == {"hot": {DEFAULT_PROTOCOL["repeat"]}, "cold": {COLD_PROTOCOL["repeat"]}}
 
 
 def test_a_network_budget_below_one_round_per_task_is_one_line(tmp_path):
@@ -489,6 +509,8 @@ def test_a_full_disk_mid_tuning_is_one_line_and_keeps_the_rounds_before(tmp_path
     (["run", WORKLOAD, "--trials", "4", "--trials-per-iter", "8"], "a budget below one round"),
     (["run", WORKLOAD, "--threads", "0"], "--threads must be at least 1"),
     (["run", WORKLOAD, "--network-share", "1.5"], "--network-share is a share in [0, 1]"),
+    (["run", WORKLOAD, "--timing", "cold", "--target", "cuda"],
+     "--timing cold flushes the CPU caches"),
     (["compare", WORKLOAD, "--network-share", "0.5"], "has none beside it"),  # no companion
     (["compare", WORKLOAD, "--budgets", "0", "8"], "--budgets are trial counts, at least 1"),
     (["compare", WORKLOAD, "--report"], "no finished (workload, seed) pair of these tuners"),
