@@ -85,8 +85,8 @@ def _setup(args):
     if timing == "cold" and target.kind.name != "llvm":
         raise UserError(f"--timing cold flushes the CPU caches between runs, and a "
                         f"{target.kind.name} target's kernels run on its device: leave it out")
-    # a network's kernels meet their weights cold, so its tasks are timed so on a CPU
-    cold = timing == "cold" or (timing is None and getattr(args, "torch_model", None)
+    # inside a network each kernel meets its weights cold: on a CPU its tasks are timed cold
+    cold = timing == "cold" or (timing is None and bool(getattr(args, "torch_model", None))
                                 and target.kind.name == "llvm")
     tracker = Tracker.parse(args.tracker, args.key) if args.tracker else None
     tuners = [TUNERS.get(t) for t in (getattr(args, "tuners", None) or [args.tuner])]
