@@ -154,11 +154,6 @@ def _race(cell: str, fields: dict, name: str, seed: int, entrants: dict, grid, t
     `fields`; read back instead if it finished with these entrants and rounds."""
     import dataclasses
 
-    from tvm.s_tir import meta_schedule as ms
-
-    from datagen.measure import time_networks
-    from tuning.tuner import compile_network
-
     made = grid.read(cell)
     folders = {label: os.path.join("runs", name, tuner, f"seed{seed}-b{per_task}")
                for label, (tuner, per_task) in entrants.items()}
@@ -180,19 +175,29 @@ def _race(cell: str, fields: dict, name: str, seed: int, entrants: dict, grid, t
             return made
         earlier = {"earlier": {"rounds": made["rounds"], "order": order,
                                "latency": made["latency"]}}
-    mod, arrays, tasks = _network(name, target)
-    runs, executables = {}, {}
-    for label, (tuner, per_task) in entrants.items():
-        run = folders[label]
-        runs[label] = tune(mod, target, tuner, per_task * tasks, grid, run, measurer,
-                           dataclasses.replace(search_inputs, seed=seed))
-        executables[label] = compile_network(
-            ms.database.JSONDatabase(work_dir=grid.path(run)), mod, target)
+    mod, _, tasks = _network(name, target)
+    runs = {label: tune(mod, target, tuner, per_task * tasks, grid, folders[label], measurer,
+                        dataclasses.replace(search_inputs, seed=seed))
+            for label, (tuner, per_task) in entrants.items()}
     return grid.write(cell, {
         "network": name, "seed": seed, **fields, "tasks": tasks, "runs": runs, "rounds": rounds,
         "threads": measurer.num_threads, "order": "rotated", "protocol": measurer.protocol,
-        "latency": time_networks(executables, arrays, target, rounds,
-                                 num_threads=measurer.num_threads), **earlier})
+        "latency": _time_runs(name, {label: grid.path(f) for label, f in folders.items()},
+                              target, measurer, rounds), **earlier})
+
+
+def _time_runs(name: str, runs: dict, target, measurer, rounds: int) -> dict:
+    """Network `name` compiled with each run's database (label -> run folder) and the compiled
+    networks measured interleaved: label -> seconds per round."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from datagen.measure import time_networks
+    from tuning.tuner import compile_network
+
+    mod, arrays, _ = _network(name, target)
+    executables = {label: compile_network(ms.database.JSONDatabase(work_dir=path), mod, target)
+                   for label, path in runs.items()}
+    return time_networks(executables, arrays, target, rounds, num_threads=measurer.num_threads)
 
 
 def run_pair(name: str, seed: int, per_task: int, tuners, grid, target, measurer,
@@ -233,11 +238,6 @@ def run_hot_vs_cold(name: str, seed: int, per_task: int, tuners, grid, hot_grid,
     seed and budget in `hot_grid`, the part without --cold), all compiled and measured
     interleaved, under `TUNER` and `TUNER@hot`; read back from its cell if it finished with
     these tuners and rounds. None where a run of either is not on disk."""
-    from tvm.s_tir import meta_schedule as ms
-
-    from datagen.measure import time_networks
-    from tuning.tuner import compile_network
-
     cell = hot_vs_cold_cell(name, seed, per_task)
     labels = {t: (grid, t) for t in tuners} | {f"{t}@hot": (hot_grid, t) for t in tuners}
     made = grid.read(cell)
@@ -249,15 +249,12 @@ def run_hot_vs_cold(name: str, seed: int, per_task: int, tuners, grid, hot_grid,
             for label, (g, _) in labels.items()}
     if any(r is None for r in runs.values()):
         return None
-    mod, arrays, tasks = _network(name, target)
-    executables = {label: compile_network(
-        ms.database.JSONDatabase(work_dir=g.path(folders[label])), mod, target)
-        for label, (g, _) in labels.items()}
     return grid.write(cell, {
-        "network": name, "seed": seed, "per_task": per_task, "tasks": tasks, "runs": runs,
-        "rounds": rounds, "threads": measurer.num_threads, "order": "rotated",
-        "latency": time_networks(executables, arrays, target, rounds,
-                                 num_threads=measurer.num_threads)})
+        "network": name, "seed": seed, "per_task": per_task, "tasks": _network(name, target)[2],
+        "runs": runs, "rounds": rounds, "threads": measurer.num_threads, "order": "rotated",
+        "latency": _time_runs(name, {label: g.path(folders[label])
+                                     for label, (g, _) in labels.items()},
+                              target, measurer, rounds)})
 
 
 def summarize_hot_vs_cold(cells: list[dict], tuners) -> list[dict]:
@@ -453,7 +450,6 @@ def networks_part(args, target, measurer) -> dict:
 
     out = os.path.join(args.out, "tuning-networks" + ("-cold" if args.cold else ""))
     grid = Grid(out)
-    hot = Grid(os.path.join(args.out, "tuning-networks"))  # with --cold: the runs tuned hot
     tuners = list(args.network_tuners)
     if not args.report:
         from costmodel.pretrained_xgb import pretrained_xgb_file
@@ -472,6 +468,7 @@ def networks_part(args, target, measurer) -> dict:
                         run_pair(name, seed, budget, tuners, grid, target, measurer, inputs,
                                  args.rounds)
                         if args.cold:
+                            hot = Grid(os.path.join(args.out, "tuning-networks"))
                             run_hot_vs_cold(name, seed, budget, tuners, grid, hot, target,
                                             measurer, args.rounds)
     # the summary of every pair and race finished in the folder, these and earlier runs'
