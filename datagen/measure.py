@@ -3,10 +3,11 @@
 Protocol (MetaSchedule's evaluator): one warm-up run, then `repeat` timed repeats, each the
 mean of `number` runs, with `number` raised until a repeat lasts at least `min_repeat_ms`;
 with `cache_flush` (off unless asked) the CPU caches are flushed of every argument but the
-first before each repeat (the program's weights met cold). Every repeat is kept. `measure`
-builds a batch first and measures it after, never both at once, so no build competes for the
-cores being timed; `build` and `run_built` are the two halves, which `collect` overlaps where
-the device being timed is not this host's CPU.
+first before each repeat (the program's weights met cold). Arguments are random floats, and
+integer tensors zeros, indices in range of any table (`alloc_arguments`). Every repeat is
+kept. `measure` builds a batch first and measures it after, never both at once, so no build
+competes for the cores being timed; `build` and `run_built` are the two halves, which
+`collect` overlaps where the device being timed is not this host's CPU.
 Measurers of several processes that share a `device_lock` take turns on the device.
 `time_networks` times whole compiled networks as the runner times a task: in a worker of their
 own, with the runner's threads.
@@ -281,21 +282,57 @@ def _exclusive_runner_class():
     return ExclusiveRunner
 
 
+def alloc_arguments(device, args_info, alloc_repeat: int) -> list:
+    """A program's arguments as MetaSchedule's runner allocates them (random floats between 1
+    and 10), but integer tensors zeros: TVM fills those with the bits of such floats, indices
+    far out of every table, so a gather (`take`, an embedding lookup) read outside its buffer
+    and its worker died of a segfault. Zero is an index of every table."""
+    import numpy as np
+    import tvm
+    from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common
+
+    random_fill = tvm.get_global_func("tvm.contrib.random.random_fill_for_measure")
+
+    def fill(tensor) -> None:
+        dtype = str(tensor.dtype)
+        if dtype.startswith(("int", "uint")):
+            tensor.copyfrom(np.zeros(tuple(tensor.shape), dtype))
+        else:
+            random_fill(tensor)
+
+    return alloc_argument_common(fill, device, args_info, alloc_repeat)
+
+
+def _run_program(evaluator_config, artifact_path: str, device_type: str,
+                 args_info) -> list[float]:
+    """What MetaSchedule's `LocalRunner` worker does with a built program (`_worker_func`: load
+    it, allocate its arguments, time it with the default evaluator), the arguments allocated by
+    `alloc_arguments`."""
+    import tvm
+    from tvm.s_tir.meta_schedule.runner.local_runner import default_run_evaluator
+
+    module = tvm.runtime.load_module(artifact_path)
+    device = tvm.runtime.device(device_type, 0)
+    return default_run_evaluator(module, device, evaluator_config,
+                                 alloc_arguments(device, args_info, 1))
+
+
 @functools.cache
 def _fork_runner_class():
     """`ForkRunner`, defined on first use (as `ExclusiveRunner`)."""
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, PyRunner
-    from tvm.s_tir.meta_schedule.runner.local_runner import LocalRunnerFuture, _worker_func
+    from tvm.s_tir.meta_schedule.runner.local_runner import LocalRunnerFuture
 
     from datagen.fork_pool import OK, TIMEOUT, ForkPool
 
     @derived_object
     class ForkRunner(PyRunner):
-        """MetaSchedule's `LocalRunner` (its default functions, its one worker, its messages),
-        its worker forked from the server that imported TVM once (`datagen.fork_pool`) rather
-        than a new interpreter that imports it: the same measurement, seconds sooner. The
-        worker starts at the first run; `initializer` runs there first."""
+        """MetaSchedule's `LocalRunner` (its evaluator, its one worker, its messages), its
+        worker forked from the server that imported TVM once (`datagen.fork_pool`) rather than
+        a new interpreter that imports it: the same measurement, seconds sooner, with integer
+        arguments in range (`alloc_arguments`). The worker starts at the first run;
+        `initializer` runs there first."""
 
         def __init__(self, timeout_sec: float, evaluator_config, initializer):
             super().__init__()
@@ -304,11 +341,10 @@ def _fork_runner_class():
             self.pool = ForkPool(1, timeout_sec, initializer, max_uses=None, start=False)
 
         def run(self, runner_inputs):
-            jobs = [(None, None, None, self.evaluator_config, 1, str(inp.artifact_path),
-                     str(inp.device_type), tuple(arg.as_json() for arg in inp.args_info))
-                    for inp in runner_inputs]
+            jobs = [(self.evaluator_config, str(inp.artifact_path), str(inp.device_type),
+                     tuple(arg.as_json() for arg in inp.args_info)) for inp in runner_inputs]
             futures = []
-            for status, value in self.pool.map(_worker_func, jobs):  # one at a time
+            for status, value in self.pool.map(_run_program, jobs):  # one at a time
                 if status == OK:
                     futures.append(LocalRunnerFuture(res=value))
                 elif status == TIMEOUT:

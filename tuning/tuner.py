@@ -53,6 +53,7 @@ BO_PARENT_SHARE = 0.0
 BO_SPACE_PARENTS = 0
 RECORDS_FILE = "database_tuning_record.json"
 WORKLOADS_FILE = "database_workload.json"
+TIMING_FILE = "timing.json"  # how a run's candidates are timed: a resumed run must time alike
 
 
 def load_predictor(checkpoints: str | list[str] | None, target_kind: str | None = None,
@@ -372,6 +373,7 @@ def _tuning(target, tuner: str, trials: int, work_dir: str, measurer, inputs: Se
     load_tensor_intrinsics(target.kind.name)  # before MetaSchedule imports every backend's
     strategy, cost_model = make_search(tuner, inputs)
     os.makedirs(work_dir, exist_ok=True)
+    check_timing(work_dir, measurer.protocol)
     logging.getLogger(METASCHEDULE_LOGGER).setLevel(logging.WARNING)  # log files keep all
     database = ms.Database.create("json", work_dir=work_dir, module_equality="structural")
     checks = [DeviceCheck(measurer, work_dir), DatabaseCheck(database, work_dir)]
@@ -389,6 +391,50 @@ def _tuning(target, tuner: str, trials: int, work_dir: str, measurer, inputs: Se
         raise
     finally:
         bar.close()
+
+
+def _timing_name(protocol: dict) -> str:
+    """"cold" or "hot" where `protocol` is one of the two `tune run --timing` gives, else the
+    protocol itself."""
+    from datagen.defaults import COLD_PROTOCOL, DEFAULT_PROTOCOL
+
+    for name, known in (("cold", COLD_PROTOCOL), ("hot", DEFAULT_PROTOCOL)):
+        if protocol == {**DEFAULT_PROTOCOL, **known}:
+            return name
+    return json.dumps(protocol, sort_keys=True)
+
+
+def check_timing(work_dir: str, protocol: dict) -> None:
+    """Record in `work_dir` how its candidates are timed (`TIMING_FILE`), or check that a
+    resumed run times them as the run before it did: the database does not say, and hot and
+    cold latencies in one database would be compared as one. A folder whose database predates
+    the file is resumed unchecked (and stays without one).
+
+    Raises:
+        UserError: `work_dir` was tuned with another timing, or its timing file is unreadable.
+    """
+    from datagen.errors import atomic_path
+
+    path = os.path.join(work_dir, TIMING_FILE)
+    if os.path.exists(path):
+        try:
+            with open(path) as f:
+                before = json.load(f)["protocol"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise UserError(f"{path} is unreadable ({err.__class__.__name__}): tune into "
+                            "another folder, or delete the file if you know how the run "
+                            "before this one timed its candidates") from None
+        if before != protocol:
+            was, now = _timing_name(before), _timing_name(protocol)
+            raise UserError(f"{work_dir} holds candidates timed {was}, and this run times them "
+                            f"{now}: resume it with the same timing (tune run --timing), or "
+                            "tune into another folder")
+        return
+    if os.path.exists(os.path.join(work_dir, RECORDS_FILE)) \
+            and os.path.getsize(os.path.join(work_dir, RECORDS_FILE)) > 0:
+        return  # measured before timings were recorded: unknown, left as it is
+    with atomic_path(path, ".json") as tmp, open(tmp, "w") as f:
+        json.dump({"protocol": protocol}, f, sort_keys=True)
 
 
 def tune_workload(mod, target, tuner: str, trials: int, work_dir: str, measurer,

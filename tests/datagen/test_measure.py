@@ -105,3 +105,40 @@ def test_networks_take_turns_at_each_place_in_a_round():
     assert orders[:3] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
     assert orders[3:] == orders[:3]  # over 3 rounds each network runs first, second and last once
     assert round_order(["a"], 5) == ["a"] and round_order([], 1) == []
+
+
+def test_integer_arguments_are_in_range_indices_and_floats_random():
+    import numpy as np
+    import tvm
+
+    from datagen.measure import alloc_arguments
+
+    info = (("TENSOR", "float32", [64]), ("TENSOR", "int64", [16]), ("TENSOR", "int32", [4]))
+    (floats, ints64, ints32), = alloc_arguments(tvm.cpu(), info, 1)
+    values = floats.numpy()
+    assert values.min() >= 1 and values.max() <= 10 and len(set(values.tolist())) > 1
+    assert not ints64.numpy().any() and not ints32.numpy().any()
+
+
+@pytest.mark.slow
+def test_a_gather_is_measured_not_killed(tmp_path):
+    """An embedding lookup (`take` with int64 indices, fast mode: no bounds check) timed by
+    the runner: with TVM's fill its indices were far out of the table and the worker died."""
+    import tvm
+    from tvm import te, topi
+
+    from datagen.measure import OK, Measurer
+    from datagen.tvm_env import make_target
+
+    table = te.placeholder((30522, 256), "float32", name="table")
+    ids = te.placeholder((1, 128), "int64", name="ids")
+    out = topi.take(table, ids, axis=0, mode="fast")
+    mod = tvm.IRModule({"main": te.create_prim_func([table, ids, out])})
+    measurer = Measurer(make_target(None), protocol={"repeat": 3, "min_repeat_ms": 5},
+                        build_workers=1, num_threads=1)
+    try:
+        (result,) = measurer.measure([mod])
+    finally:
+        measurer.close()
+    assert result.status == OK, result.error
+    assert 0 < min(result.latencies) < 1e-2

@@ -362,6 +362,42 @@ def test_tune_run_timing_cold_times_every_candidate_with_the_cold_protocol(tmp_p
     # each record keeps every timed repeat: five of hot runs each, ten single cold runs
     assert repeats == {"hot": {DEFAULT_PROTOCOL["repeat"]}, "cold": {COLD_PROTOCOL["repeat"]}}
 
+    # resumed with the other timing: refused before anything is measured, nothing lost
+    work = tmp_path / "hot" / WORKLOAD.replace("/", "__")
+    before = (work / "database_tuning_record.json").read_bytes()
+    proc = run_cli("run", WORKLOAD, "--tuner", "random", "--trials", "4", "--trials-per-iter",
+                   "4", "--out", str(tmp_path / "hot"), "--no-progress", "--timing", "cold",
+                   prog="tune")
+    assert_clean_error(proc, "holds candidates timed hot, and this run times them cold",
+                       prog="tune")
+    assert (work / "database_tuning_record.json").read_bytes() == before
+
+
+def test_a_run_records_its_timing_and_a_resumed_one_must_match(tmp_path):
+    from datagen.defaults import COLD_PROTOCOL, DEFAULT_PROTOCOL
+    from datagen.errors import UserError
+    from tuning.tuner import TIMING_FILE, check_timing
+
+    hot, cold = dict(DEFAULT_PROTOCOL), {**DEFAULT_PROTOCOL, **COLD_PROTOCOL}
+    check_timing(str(tmp_path), hot)
+    check_timing(str(tmp_path), hot)  # the same timing resumes
+    assert json.loads((tmp_path / TIMING_FILE).read_text()) == {"protocol": hot}
+    with pytest.raises(UserError, match="timed hot, and this run times them cold"):
+        check_timing(str(tmp_path), cold)
+    other = {**hot, "repeat": 3}
+    with pytest.raises(UserError, match='times them {"min_repeat_ms": 20, "number": 1, '
+                       '"repeat": 3, "warmup": 1}'):
+        check_timing(str(tmp_path), other)
+    # a folder measured before timings were recorded resumes unchecked and stays so
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    (legacy / "database_tuning_record.json").write_text("[0, []]\n")
+    check_timing(str(legacy), cold)
+    assert not (legacy / TIMING_FILE).exists()
+    (tmp_path / TIMING_FILE).write_text("{")
+    with pytest.raises(UserError, match="is unreadable"):
+        check_timing(str(tmp_path), hot)
+
 
 def test_a_network_budget_below_one_round_per_task_is_one_line(tmp_path):
     """MetaSchedule's task scheduler would stop before the last tasks got a round and build
