@@ -1,5 +1,6 @@
-"""Measurers of several processes that share a device lock take turns on the device; whole
-networks are timed in a worker with the threads asked for."""
+"""Measurers of several processes that share a device lock take turns on the device; integer
+arguments are indices in range; whole networks are timed in a worker with the threads asked
+for."""
 
 import json
 import subprocess
@@ -121,7 +122,7 @@ def test_integer_arguments_are_in_range_indices_and_floats_random():
 
 
 @pytest.mark.slow
-def test_a_gather_is_measured_not_killed(tmp_path):
+def test_a_gather_is_measured_not_killed():
     """An embedding lookup (`take` with int64 indices, fast mode: no bounds check) timed by
     the runner: with TVM's fill its indices were far out of the table and the worker died."""
     import tvm
