@@ -430,8 +430,7 @@ def check_timing(work_dir: str, protocol: dict) -> None:
                             f"{now}: resume it with the same timing (tune run --timing), or "
                             "tune into another folder")
         return
-    if os.path.exists(os.path.join(work_dir, RECORDS_FILE)) \
-            and os.path.getsize(os.path.join(work_dir, RECORDS_FILE)) > 0:
+    if _size(os.path.join(work_dir, RECORDS_FILE)) > 0:
         return  # measured before timings were recorded: unknown, left as it is
     with atomic_path(path, ".json") as tmp, open(tmp, "w") as f:
         json.dump({"protocol": protocol}, f, sort_keys=True)
